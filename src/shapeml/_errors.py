@@ -1,0 +1,153 @@
+"""Every shapeml error and warning, each with a code, a one-line title and a long explanation.
+
+A subsystem declares its own codes next to the code that raises them, by subclassing
+`ShapemlError` (or `ShapemlWarning`) with `code=`, `title=` and `explanation=`; the registry here
+is what `shapeml explain CODE` and the error index in `docs/errors.md` read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Iterable
+from typing import ClassVar
+
+__all__ = [
+    "Explanation",
+    "ShapemlError",
+    "ShapemlWarning",
+    "explain",
+    "registry",
+    "similar",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Explanation:
+    """The long form of one code, as `shapeml explain` prints it."""
+
+    code: str
+    title: str
+    explanation: str
+    kind: str  # "error" or "warning"
+
+    def render(self) -> str:
+        body = self.explanation.strip("\n")
+        return f"{self.code}: {self.title}\n\n{body}\n"
+
+
+_REGISTRY: dict[str, Explanation] = {}
+
+
+def _register(cls: type, code: str | None, title: str | None, explanation: str | None, kind: str):
+    if code is None:
+        return  # an abstract family (e.g. a base class for E12xx) that groups codes
+    if title is None or explanation is None:
+        raise TypeError(f"{cls.__name__} declares code {code} without title= and explanation=")
+    if code in _REGISTRY and _REGISTRY[code].title != title:
+        raise TypeError(f"code {code} is declared twice ({cls.__name__})")
+    _REGISTRY[code] = Explanation(code, title, explanation, kind)
+    cls.code = code
+    cls.title = title
+
+
+def _format(code: str, message: str, fix: str | None) -> str:
+    lines = [f"[{code}] {message}"]
+    if fix:
+        lines += [f"  help: {line}" if i == 0 else f"        {line}" for i, line in
+                  enumerate(fix.splitlines())]
+    lines.append(f"  (run `shapeml explain {code}` for the long explanation)")
+    return "\n".join(lines)
+
+
+class ShapemlError(Exception):
+    """Base of every shapeml error. `str(error)` holds the code, the message and the fix.
+
+    Subclasses that users catch by a builtin meaning also derive from it (an unknown field is an
+    `AttributeError`, a wrong shape a `ValueError`), so `hasattr` and ordinary handlers keep working.
+    """
+
+    code: ClassVar[str] = "E0000"
+    title: ClassVar[str] = "shapeml error"
+
+    def __init_subclass__(
+        cls,
+        *,
+        code: str | None = None,
+        title: str | None = None,
+        explanation: str | None = None,
+        **kwargs,
+    ):
+        super().__init_subclass__(**kwargs)
+        _register(cls, code, title, explanation, "error")
+
+    def __init__(self, message: str, *, fix: str | None = None):
+        self.message = message
+        self.fix = fix
+        super().__init__(_format(self.code, message, fix))
+
+    def __str__(self) -> str:
+        return _format(self.code, self.message, self.fix)
+
+
+class ShapemlWarning(UserWarning):
+    """Base of every shapeml warning; like errors, each has a code and a long form."""
+
+    code: ClassVar[str] = "W0000"
+    title: ClassVar[str] = "shapeml warning"
+
+    def __init_subclass__(
+        cls,
+        *,
+        code: str | None = None,
+        title: str | None = None,
+        explanation: str | None = None,
+        **kwargs,
+    ):
+        super().__init_subclass__(**kwargs)
+        _register(cls, code, title, explanation, "warning")
+
+    def __init__(self, message: str, *, fix: str | None = None):
+        self.message = message
+        self.fix = fix
+        super().__init__(_format(self.code, message, fix))
+
+
+class UnknownCodeError(ShapemlError, LookupError, code="E0001", title="unknown error code",
+                       explanation="""
+`shapeml explain` was given a code that no shapeml error or warning has.
+
+Codes look like `E0901` (errors) or `W1101` (warnings); `shapeml explain --list` prints them all.
+"""):
+    pass
+
+
+def registry() -> dict[str, Explanation]:
+    """Every known code, sorted, mapped to its explanation."""
+    return dict(sorted(_REGISTRY.items()))
+
+
+def explain(code: str) -> str:
+    """The long explanation of an error or warning code, e.g. `explain("E0901")`.
+
+    Raises:
+        UnknownCodeError: (E0001) if no shapeml error or warning has this code.
+    """
+    key = code.strip().upper()
+    if key not in _REGISTRY:
+        raise UnknownCodeError(
+            f"no shapeml error or warning has the code `{code}`",
+            fix=similar(key, _REGISTRY, what="code")
+            or "run `shapeml explain --list` to see every code",
+        )
+    return _REGISTRY[key].render()
+
+
+def similar(name: str, candidates: Iterable[str], *, what: str = "field") -> str | None:
+    """A "did you mean" hint for `name` among `candidates`, or None when nothing is close."""
+    candidates = list(candidates)
+    by_case = [c for c in candidates if c.lower() == name.lower()]
+    close = by_case or difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if not close:
+        return None
+    return f"a {what} with a similar name exists: `{close[0]}`"
