@@ -1,19 +1,31 @@
 """shapeml: models whose every tensor has a declared, checked shape, on JAX.
 
 This file only re-exports the public API; each name lives in the module its folder suggests.
+Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.state`, `shapeml.int8`, `shapeml.data`,
+`shapeml.testing`.
 """
 
+from . import data as data
+from . import models as models
+from . import testing as testing
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
 from ._errors import explain as explain
+from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
-
-# --- models (foundation): shapeml.models ---
-
-# --- gradients and optimizers: shapeml._grad, shapeml.optim ---
-
-# --- weights and device-resident state: shapeml.state ---
-
-# --- hoisting: shapeml.hoisting ---
-
-# --- int8 transformer: shapeml.int8 ---
+from .models import Dims as Dims
+from .models import Model as Model
+from .models import buffer as buffer
+from .models import buffers as buffers
+from .models import count_params as count_params
+from .models import full as full
+from .models import load as load
+from .models import normal as normal
+from .models import ones as ones
+from .models import param as param
+from .models import params as params
+from .models import save as save
+from .models import submodel as submodel
+from .models import submodels as submodels
+from .models import uniform as uniform
+from .models import zeros as zeros

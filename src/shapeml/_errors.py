@@ -35,6 +35,11 @@ class Explanation:
         body = self.explanation.strip("\n")
         return f"{self.code}: {self.title}\n\n{body}\n"
 
+    __str__ = render
+
+    def __repr__(self) -> str:  # shows the long form as is in a REPL or notebook
+        return self.render()
+
 
 _REGISTRY: dict[str, Explanation] = {}
 
@@ -54,8 +59,10 @@ def _register(cls: type, code: str | None, title: str | None, explanation: str |
 def _format(code: str, message: str, fix: str | None) -> str:
     lines = [f"[{code}] {message}"]
     if fix:
-        lines += [f"  help: {line}" if i == 0 else f"        {line}" for i, line in
-                  enumerate(fix.splitlines())]
+        lines += [
+            f"  help: {line}" if i == 0 else f"        {line}"
+            for i, line in enumerate(fix.splitlines())
+        ]
     lines.append(f"  (run `shapeml explain {code}` for the long explanation)")
     return "\n".join(lines)
 
@@ -113,12 +120,17 @@ class ShapemlWarning(UserWarning):
         super().__init__(_format(self.code, message, fix))
 
 
-class UnknownCodeError(ShapemlError, LookupError, code="E0001", title="unknown error code",
-                       explanation="""
+class UnknownCodeError(
+    ShapemlError,
+    LookupError,
+    code="E0001",
+    title="unknown error code",
+    explanation="""
 `shapeml explain` was given a code that no shapeml error or warning has.
 
 Codes look like `E0901` (errors) or `W1101` (warnings); `shapeml explain --list` prints them all.
-"""):
+""",
+):
     pass
 
 
@@ -127,8 +139,11 @@ def registry() -> dict[str, Explanation]:
     return dict(sorted(_REGISTRY.items()))
 
 
-def explain(code: str) -> str:
-    """The long explanation of an error or warning code, e.g. `explain("E0901")`.
+def explain(code: str) -> Explanation:
+    """The long explanation of an error or warning code, e.g. `sm.explain("E0901")`.
+
+    The result prints as the long form (`print(sm.explain("E0901"))`, or just the value in a
+    REPL or notebook); `.title` and `.explanation` hold its parts.
 
     Raises:
         UnknownCodeError: (E0001) if no shapeml error or warning has this code.
@@ -140,7 +155,7 @@ def explain(code: str) -> str:
             fix=similar(key, _REGISTRY, what="code")
             or "run `shapeml explain --list` to see every code",
         )
-    return _REGISTRY[key].render()
+    return _REGISTRY[key]
 
 
 def similar(name: str, candidates: Iterable[str], *, what: str = "field") -> str | None:

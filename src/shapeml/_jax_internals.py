@@ -11,7 +11,9 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.extend.core as jex
+from jax._src import core as _core
 from jax._src.interpreters import partial_eval as _pe
+from jax._src.pjit import jit_p as _jit_p
 
 ClosedJaxpr = jex.ClosedJaxpr
 Jaxpr = jex.Jaxpr
@@ -50,3 +52,163 @@ def split_known(
 def as_fun(closed: ClosedJaxpr) -> Callable:
     """A Python callable that evaluates `closed` (flat arguments in, flat list of results out)."""
     return jex.jaxpr_as_fun(closed)
+
+
+# --- walking and rebuilding jaxprs (used by shapeml.hoisting) ---------------------------------
+
+JaxprEqn = jex.JaxprEqn
+
+# Primitives whose results are random bits (or keys): never constant, whatever their inputs.
+_RANDOM_PRIMITIVES = frozenset(
+    {
+        "random_seed",
+        "random_bits",
+        "random_split",
+        "random_fold_in",
+        "random_wrap",
+        "random_unwrap",
+        "random_clone",
+        "threefry2x32",
+        "rng_bit_generator",
+        "rng_uniform",
+    }
+)
+
+
+def is_key_dtype(dtype) -> bool:
+    """Whether `dtype` is a typed PRNG key dtype (`key<fry>`), as made by `jax.random.key`."""
+    return jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key)
+
+
+def is_literal(atom) -> bool:
+    """Whether a jaxpr operand is an inline literal (a constant with no producing equation)."""
+    return isinstance(atom, Literal)
+
+
+def eqn_name(eqn: JaxprEqn) -> str:
+    """The primitive's name (`"dot_general"`, `"scan"`, ...)."""
+    return eqn.primitive.name
+
+
+def eqn_input_vars(eqn: JaxprEqn) -> list[Var]:
+    """The equation's operands that are variables (literals dropped)."""
+    return [v for v in eqn.invars if not isinstance(v, Literal)]
+
+
+def sub_jaxprs(eqn: JaxprEqn) -> list[Jaxpr]:
+    """The jaxprs nested in an equation's params (branches of cond, body of scan/while, ...)."""
+    return list(_core.jaxprs_in_params(eqn.params))
+
+
+def nbytes(aval) -> int:
+    """Bytes an array of abstract value `aval` occupies (0 for tokens and other non-arrays)."""
+    shape = getattr(aval, "shape", None)
+    dtype = getattr(aval, "dtype", None)
+    if shape is None or dtype is None or not _core.is_constant_shape(shape):
+        return 0
+    size = 1
+    for d in shape:
+        size *= int(d)
+    return size * dtype.itemsize
+
+
+def size(aval) -> int:
+    """Element count of an array aval (0 when symbolic or not an array)."""
+    shape = getattr(aval, "shape", None)
+    if shape is None or not _core.is_constant_shape(shape):
+        return 0
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def is_concrete_aval(aval) -> bool:
+    """Whether `aval`'s shape has no symbolic dimension (as traced for `jax.export`)."""
+    shape = getattr(aval, "shape", ())
+    return _core.is_constant_shape(shape)
+
+
+def is_random(eqn: JaxprEqn) -> bool:
+    """Whether the equation draws random bits or touches a PRNG key, here or in a nested jaxpr.
+
+    Such results must be recomputed on every call: caching them would freeze the noise.
+    """
+    if eqn.primitive.name in _RANDOM_PRIMITIVES:
+        return True
+    for v in [*eqn.invars, *eqn.outvars]:
+        dtype = getattr(v.aval, "dtype", None)
+        if dtype is not None and is_key_dtype(dtype):
+            return True
+    return any(_jaxpr_is_random(j) for j in sub_jaxprs(eqn))
+
+
+def _jaxpr_is_random(jaxpr: Jaxpr) -> bool:
+    return any(is_random(e) for e in jaxpr.eqns)
+
+
+def has_effects(eqn: JaxprEqn) -> bool:
+    """Whether the equation has side effects (prints, callbacks, state): those run per call."""
+    return bool(eqn.effects)
+
+
+def inline_jit(closed: ClosedJaxpr) -> ClosedJaxpr:
+    """Re-traces `closed` with every nested `jax.jit` call inlined, recursively.
+
+    Functions wrapped in `jit` (many `jax.numpy` ones, and the user's own) otherwise appear as one
+    opaque equation, hiding the weight-only work inside them. Custom-derivative calls, control flow
+    and remat stay as single equations, so differentiating the result still uses their rules.
+    """
+
+    def run(jaxpr: Jaxpr, consts, *args):
+        env: dict = {}
+
+        def read(a):
+            return a.val if isinstance(a, Literal) else env[a]
+
+        for v, x in zip(jaxpr.constvars, consts):
+            env[v] = x
+        for v, x in zip(jaxpr.invars, args):
+            env[v] = x
+        for eqn in jaxpr.eqns:
+            ins = [read(a) for a in eqn.invars]
+            if eqn.primitive is _jit_p:
+                inner = eqn.params["jaxpr"]
+                outs = run(inner.jaxpr, inner.consts, *ins)
+            else:
+                params = eqn.primitive.get_bind_params(eqn.params)
+                with eqn.ctx.manager:
+                    outs = eqn.primitive.bind(*ins, **params)
+                if not eqn.primitive.multiple_results:
+                    outs = [outs]
+            for v, x in zip(eqn.outvars, outs):
+                env[v] = x
+        return [read(a) for a in jaxpr.outvars]
+
+    avals = [v.aval for v in closed.jaxpr.invars]
+    return jax.make_jaxpr(lambda *args: run(closed.jaxpr, closed.consts, *args))(*avals)
+
+
+def build_closed_jaxpr(
+    invars: Sequence[Var],
+    outvars: Sequence,
+    eqns: Sequence[JaxprEqn],
+    constvars: Sequence[Var] = (),
+    consts: Sequence = (),
+) -> ClosedJaxpr:
+    """A closed jaxpr from parts of other jaxprs (the same `Var` objects may appear in several)."""
+    effects = _core.join_effects(*(e.effects for e in eqns))
+    jaxpr = Jaxpr(list(constvars), list(invars), list(outvars), list(eqns), effects)
+    return ClosedJaxpr(jaxpr, list(consts))
+
+
+def prune(closed: ClosedJaxpr, keep_inputs: bool = False) -> tuple[ClosedJaxpr, list[bool]]:
+    """Dead-code elimination keeping every output; returns the pruned jaxpr and, per input,
+    whether it is still used. With `keep_inputs`, unused inputs stay in the signature."""
+    jaxpr, used = _pe.dce_jaxpr(closed.jaxpr, True, instantiate=keep_inputs)
+    return ClosedJaxpr(jaxpr, closed.consts), list(used)
+
+
+def is_tracer(x) -> bool:
+    """Whether `x` is an abstract value being traced (under an outer jit, grad, vmap, ...)."""
+    return isinstance(x, _core.Tracer)

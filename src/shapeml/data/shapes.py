@@ -1,0 +1,56 @@
+"""The shapes data set: 16x16 grayscale images of a square, disk, plus or cross.
+
+Each image holds one shape at a random position and size, drawn bright on a dark, noisy
+background. Labels are 0 square, 1 disk, 2 plus, 3 cross. Generated from a seed, never downloaded.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["CLASSES", "SIZE", "draw"]
+
+CLASSES = ("square", "disk", "plus", "cross")
+SIZE = 16
+
+
+def draw(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Draws `n` labelled images, the same ones for the same seed.
+
+    Classes are balanced: each appears `n // 4` or `n // 4 + 1` times, in shuffled order.
+
+    Args:
+        n: how many images.
+        seed: the generator's seed.
+
+    Returns:
+        images: uint8 `[n 1 16 16]`; labels: int32 `[n]` in 0..3.
+    """
+    if n < 0:
+        raise ValueError(f"draw(n) needs n >= 0, got {n}")
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % len(CLASSES)).astype(np.int32)
+    radius = rng.integers(3, 7, size=n)  # half-size 3..6 pixels
+    cy = rng.integers(radius, SIZE - radius)  # centre keeps the whole shape inside
+    cx = rng.integers(radius, SIZE - radius)
+    yy, xx = np.mgrid[0:SIZE, 0:SIZE]
+    dy = yy[None] - cy[:, None, None]
+    dx = xx[None] - cx[:, None, None]
+    r = radius[:, None, None]
+    thick = np.maximum(1, r // 3)
+    masks = np.stack(
+        [
+            (np.abs(dy) <= r) & (np.abs(dx) <= r),  # square
+            dy**2 + dx**2 <= r**2 + 1,  # disk
+            ((np.abs(dy) <= thick // 2) & (np.abs(dx) <= r))
+            | ((np.abs(dx) <= thick // 2) & (np.abs(dy) <= r)),  # plus
+            ((np.abs(dy - dx) <= thick // 2) | (np.abs(dy + dx) <= thick // 2))
+            & (np.abs(dy) <= r)
+            & (np.abs(dx) <= r),  # cross
+        ]
+    )
+    mask = masks[labels, np.arange(n)]
+    ink = rng.integers(150, 256, size=(n, 1, 1))
+    noise = rng.integers(0, 50, size=(n, SIZE, SIZE))
+    img = np.where(mask, ink - noise // 2, noise)
+    return np.clip(img, 0, 255).astype(np.uint8)[:, None], labels

@@ -1,0 +1,41 @@
+"""Models: the `Model` base, dims, field declarations, initializers, checkpoints, and the zoo."""
+
+from ._checkpoint import CheckpointError as CheckpointError
+from ._checkpoint import CheckpointFileError as CheckpointFileError
+from ._checkpoint import load as load
+from ._checkpoint import save as save
+from ._dims import Dims as Dims
+from ._fields import buffer as buffer
+from ._fields import param as param
+from ._fields import submodel as submodel
+from ._fields import submodels as submodels
+from ._initializers import full as full
+from ._initializers import normal as normal
+from ._initializers import ones as ones
+from ._initializers import uniform as uniform
+from ._initializers import zeros as zeros
+from ._introspect import buffers as buffers
+from ._introspect import count_params as count_params
+from ._introspect import params as params
+from ._model import Model as Model
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointFileError",
+    "Dims",
+    "Model",
+    "buffer",
+    "buffers",
+    "count_params",
+    "full",
+    "load",
+    "normal",
+    "ones",
+    "param",
+    "params",
+    "save",
+    "submodel",
+    "submodels",
+    "uniform",
+    "zeros",
+]

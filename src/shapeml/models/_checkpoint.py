@@ -1,0 +1,302 @@
+"""Checkpoints: safetensors files keyed by dotted field name, checked by name, shape and dtype.
+
+Writes are atomic (a temp file in the same folder, fsync, rename), so a crash mid-save leaves the old
+file intact; reads never unpickle anything, and a bad file raises before any state changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import safetensors.numpy
+
+from .._errors import ShapemlError, similar
+from .._version import __version__
+from ._dims import Dims
+from ._introspect import declared, tensors
+from ._model import Model, child_dims
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointFileError",
+    "load",
+    "read_safetensors",
+    "save",
+    "write_safetensors",
+]
+
+
+class CheckpointError(
+    ShapemlError,
+    ValueError,
+    code="E1301",
+    title="checkpoint does not match",
+    explanation="""
+A checkpoint's entries do not match the model it is loaded into. Every problem is reported at once:
+entries the model needs but the file lacks (missing), entries the file has but the model does not
+declare (unexpected, with the likely intended name), and entries whose shape or dtype differ.
+
+Checkpoints are keyed by dotted field name (`w_e`, `blocks.0.w1`), so two same-shaped tensors can
+never be swapped. If you renamed a field, rename the entry or load into the old class and
+`replace` fields onto the new one.
+""",
+):
+    pass
+
+
+class CheckpointFileError(
+    ShapemlError,
+    ValueError,
+    code="E1302",
+    title="not a readable checkpoint",
+    explanation="""
+The file is not a valid safetensors checkpoint: it is truncated, corrupted, empty, or in another
+format (a pickle, a zip, text). shapeml never unpickles files. Nothing was changed.
+
+Re-save the model with `sm.save(path, m)`; if the file was copied, check the copy finished.
+""",
+):
+    pass
+
+
+class CheckpointModelError(
+    ShapemlError,
+    ValueError,
+    code="E1303",
+    title="checkpoint is for another model or other dims",
+    explanation="""
+The checkpoint was saved from another model class, or with other dims than the model it is being
+loaded like. The message names the class or each dim that differs, with both values.
+
+`sm.load(path, Cls)` takes the dims from the file; `sm.load(path, like=m)` requires the file's dims
+to equal `m.dims`. Build the model with the file's dims, e.g. `Spotter.init(seed=0, D=64)`.
+""",
+):
+    pass
+
+
+class CheckpointMissingError(
+    ShapemlError,
+    FileNotFoundError,
+    code="E1304",
+    title="checkpoint file not found",
+    explanation="""
+The path given to `sm.load` (or `load_checkpoint`) does not exist. Check the path, and that the save
+that should have written it ran.
+""",
+):
+    pass
+
+
+def write_safetensors(
+    path: str | os.PathLike, arrays: Mapping[str, Any], metadata: Mapping[str, str]
+) -> Path:
+    """Writes arrays atomically: temp file in the same folder, fsync, rename, fsync the folder."""
+    path = Path(path)
+    data = safetensors.numpy.save(
+        {k: np.asarray(v, order="C") for k, v in arrays.items()}, metadata=dict(metadata)
+    )
+    folder = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    dir_fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return path
+
+
+def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """Reads a safetensors file: `(arrays by name, metadata)`.
+
+    Raises:
+        CheckpointMissingError: (E1304) if there is no such file.
+        CheckpointFileError: (E1302) if it is not a valid safetensors file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointMissingError(f"no checkpoint at `{path}`", fix="check the path")
+    raw = path.read_bytes()
+
+    def bad(why: str) -> CheckpointFileError:
+        return CheckpointFileError(
+            f"`{path}` is not a valid safetensors checkpoint: {why} ({len(raw)} bytes)",
+            fix="re-save it with sm.save(path, model); if it was copied, check the copy finished",
+        )
+
+    if len(raw) < 8:
+        raise bad("it is too short to hold a header")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if n > len(raw) - 8 or n == 0:
+        raise bad(
+            f"its header claims {n} bytes, but the file is shorter (truncated or not safetensors)"
+        )
+    try:
+        header = json.loads(raw[8 : 8 + n])
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise bad("its header is not JSON") from None
+    if not isinstance(header, dict):
+        raise bad("its header is not a JSON object")
+    metadata = header.get("__metadata__") or {}
+    try:
+        arrays = safetensors.numpy.load(raw)
+    except Exception as e:  # safetensors reports corruption with several exception types
+        raise bad(str(e).strip() or type(e).__name__) from None
+    return dict(arrays), dict(metadata)
+
+
+def _metadata(m: Model) -> dict[str, str]:
+    cls = type(m)
+    return {
+        "shapeml.format": "model",
+        "shapeml.class": f"{cls.__module__}.{cls.__qualname__}",
+        "shapeml.dims": json.dumps({n: m.dims[n] for n in m.dims.free}),
+        "shapeml.kinds": json.dumps({k: kind for k, (kind, _) in tensors(m).items()}),
+        "shapeml.version": __version__,
+    }
+
+
+def save(path: str | os.PathLike, m: Model) -> Path:
+    """Saves every param and buffer of `m` by dotted name, with its class, dims and version.
+
+    The write is atomic: a crash mid-save leaves any old file at `path` intact.
+
+    Example:
+        >>> sm.save("spotter.safetensors", m)
+    """
+    if not isinstance(m, Model):
+        raise TypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
+    return write_safetensors(path, {k: v for k, (_, v) in tensors(m).items()}, _metadata(m))
+
+
+def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model | None = None):
+    """Loads a model saved by `sm.save`, checking every entry's name, shape and dtype.
+
+    Args:
+        path: the checkpoint file.
+        cls: the model class; its dims are taken from the file.
+        like: instead of `cls`, a model whose class and dims the file must match.
+
+    Raises:
+        CheckpointError: (E1301) listing every missing, unexpected, wrong-shape and wrong-dtype
+            entry at once, with near-miss suggestions.
+        CheckpointModelError: (E1303) if the file holds another class or other dims.
+        CheckpointFileError: (E1302) for a truncated, corrupted or non-safetensors file.
+    """
+    if (cls is None) == (like is None):
+        raise TypeError("sm.load(path, Cls) or sm.load(path, like=model): give exactly one")
+    cls = type(like) if like is not None else cls
+    arrays, meta = read_safetensors(path)
+    return model_from_arrays(cls, arrays, meta, str(path), like_dims=like.dims if like else None)
+
+
+def model_from_arrays(
+    cls: type[Model],
+    arrays: Mapping[str, np.ndarray],
+    meta: Mapping[str, str],
+    source: str,
+    like_dims: Dims | None = None,
+) -> Model:
+    """Builds a `cls` from dotted-name arrays and checkpoint metadata, checking everything."""
+    saved_class = meta.get("shapeml.class", "")
+    if saved_class and saved_class.rsplit(".", 1)[-1] != cls.__qualname__.rsplit(".", 1)[-1]:
+        raise CheckpointModelError(
+            f"`{source}` holds a `{saved_class}`, not a `{cls.__qualname__}`",
+            fix=f"load it with the class it was saved from: sm.load(path, {saved_class.rsplit('.', 1)[-1]})",
+        )
+    dims = _file_dims(cls, meta, source)
+    if like_dims is not None and dims != like_dims:
+        diff = ", ".join(
+            f"{k}: file {dims[k]}, model {like_dims[k]}" for k in dims if dims[k] != like_dims[k]
+        )
+        raise CheckpointModelError(
+            f"`{source}` was saved with other dims than the model it is loaded like ({diff})",
+            fix=f"load with sm.load(path, {cls.__name__}) to take the file's dims",
+        )
+    expected = declared(cls, dims)
+    problems = []
+    missing = [k for k in expected if k not in arrays]
+    unexpected = [k for k in arrays if k not in expected]
+    for k in missing:
+        problems.append(f"missing: `{k}` {_fmt(*expected[k][1:])}")
+    for k in unexpected:
+        hint = similar(k, missing, what="missing entry")
+        problems.append(
+            f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
+            + (f" ({hint})" if hint else "")
+        )
+    for k, (_, shape, dtype) in expected.items():
+        if k in arrays:
+            a = arrays[k]
+            if tuple(a.shape) != shape:
+                problems.append(
+                    f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
+                    f"file has {_fmt(a.shape, a.dtype)}"
+                )
+            elif np.dtype(a.dtype) != np.dtype(dtype):
+                problems.append(
+                    f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
+                    f"file has {np.dtype(a.dtype).name}"
+                )
+    if problems:
+        raise CheckpointError(
+            f"`{source}` does not match `{cls.__name__}` ({' '.join(f'{k}={v}' for k, v in dims.items())}): "
+            f"{len(problems)} problem(s):\n    " + "\n    ".join(problems),
+            fix="load into the model class and dims the file was saved from, or rename the entries",
+        )
+    return _build(cls, dims, arrays, "")
+
+
+def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
+    try:
+        saved = json.loads(meta.get("shapeml.dims", "{}"))
+    except json.JSONDecodeError:
+        raise CheckpointFileError(
+            f"`{source}` has unreadable dims metadata", fix="re-save it with sm.save"
+        ) from None
+    unknown = [k for k in saved if k not in cls.dims]
+    if unknown:
+        raise CheckpointModelError(
+            f"`{source}` was saved with dims {unknown} that `{cls.__name__}` does not declare",
+            fix="load it into the model class it was saved from",
+        )
+    return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
+
+
+def _fmt(shape, dtype) -> str:
+    return f"[{' '.join(map(str, shape))}] {np.dtype(dtype).name}"
+
+
+def _build(cls: type[Model], dims: Dims, arrays: Mapping[str, np.ndarray], prefix: str) -> Model:
+    values = {}
+    for name, spec in cls.__shapeml_fields__.items():
+        if spec.kind == "submodel":
+            values[name] = _build(
+                spec.model, child_dims(spec.model, dims), arrays, f"{prefix}{name}."
+            )
+        elif spec.kind == "submodels":
+            sub = child_dims(spec.model, dims)
+            values[name] = tuple(
+                _build(spec.model, sub, arrays, f"{prefix}{name}.{i}.")
+                for i in range(spec.count_in(dims))
+            )
+        else:
+            values[name] = jnp.asarray(arrays[prefix + name])
+    return cls(dims=dims, **values)

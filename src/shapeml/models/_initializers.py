@@ -1,0 +1,97 @@
+"""Field initializers: `zeros`, `ones`, `full(v)`, `normal(mean, std)`, `uniform(lo, hi)`.
+
+An initializer is a callable `(key, shape, dtype) -> array`; any such callable works as one. The
+built-ins are small frozen dataclasses so they print as they were written (`normal(std=0.25)`).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+__all__ = ["Initializer", "full", "normal", "ones", "uniform", "zeros"]
+
+
+class Initializer(abc.ABC):
+    """Base of the built-in initializers; `random` says whether it draws from its key."""
+
+    random: bool = False
+    floating_only: bool = False
+
+    @abc.abstractmethod
+    def __call__(self, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
+        """An array of `shape` and `dtype`, drawn from `key` if the rule is random."""
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _Full(Initializer):
+    value: float | int | bool
+    name: str = "full"
+
+    def __call__(self, key, shape, dtype):
+        return jnp.full(shape, self.value, dtype)
+
+    def __repr__(self) -> str:
+        return self.name if self.name != "full" else f"full({self.value!r})"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _Normal(Initializer):
+    mean: float = 0.0
+    std: float = 1.0
+    random = True
+    floating_only = True
+
+    def __call__(self, key, shape, dtype):
+        return self.mean + self.std * jax.random.normal(key, shape, dtype)
+
+    def __repr__(self) -> str:
+        args = [f"mean={self.mean}"] if self.mean != 0 else []
+        args += [f"std={self.std}"] if self.std != 1 else []
+        return f"normal({', '.join(args)})"
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class _Uniform(Initializer):
+    lo: float = 0.0
+    hi: float = 1.0
+    random = True
+    floating_only = True
+
+    def __call__(self, key, shape, dtype):
+        return jax.random.uniform(key, shape, dtype, minval=self.lo, maxval=self.hi)
+
+    def __repr__(self) -> str:
+        return f"uniform(lo={self.lo}, hi={self.hi})"
+
+
+zeros = _Full(0, name="zeros")
+"""Initializes every element to 0 (any dtype)."""
+
+ones = _Full(1, name="ones")
+"""Initializes every element to 1 (any dtype)."""
+
+
+def full(value: float | int | bool) -> Initializer:
+    """Initializes every element to `value`."""
+    if not isinstance(value, (int, float, bool, np.number)):
+        raise TypeError(f"full(value) takes a number, got {value!r}")
+    return _Full(value)
+
+
+def normal(mean: float | int = 0.0, std: float | int = 1.0) -> Initializer:
+    """Draws from a normal distribution with this mean and standard deviation (floats only)."""
+    if not std >= 0:
+        raise ValueError(f"normal(std={std}) needs std >= 0")
+    return _Normal(float(mean), float(std))
+
+
+def uniform(lo: float | int = 0.0, hi: float | int = 1.0) -> Initializer:
+    """Draws uniformly from `[lo, hi)` (floats only)."""
+    if not hi >= lo:
+        raise ValueError(f"uniform(lo={lo}, hi={hi}) needs lo <= hi")
+    return _Uniform(float(lo), float(hi))

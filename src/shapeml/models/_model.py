@@ -1,0 +1,398 @@
+"""`sm.Model`: an immutable equinox module whose fields are declared params, buffers and sub-models.
+
+Shapes are checked whenever a model is built from arrays (`init`, direct construction, `replace`,
+`load`), never when JAX rebuilds it from leaves inside a transformation, so checks cost nothing per
+step under `jax.jit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+import typing
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .._errors import ShapemlError, similar
+from ._dims import Dims, DimsError
+from ._fields import FieldDeclarationError, FieldSpec, complete_spec, spec_of
+
+__all__ = [
+    "FrozenModelError",
+    "Model",
+    "ShapeMismatchError",
+    "UnknownFieldError",
+    "field_hash",
+]
+
+
+class UnknownFieldError(
+    ShapemlError,
+    AttributeError,
+    code="E0901",
+    title="no such field",
+    explanation="""
+Code read, replaced or passed a field that the model does not declare. Field names are
+case-sensitive; the message lists the model's fields and, when one is close, suggests it:
+
+    m.W                   # E0901: `M` has no field `W`; a field with a similar name exists: `w`
+    m.replace(W=...)      # same error
+    M(dims=..., W=...)    # same error
+
+Fields of sub-models use dotted names in name-based APIs (`blocks.0.w1`).
+""",
+):
+    pass
+
+
+class ShapeMismatchError(
+    ShapemlError,
+    ValueError,
+    code="E0902",
+    title="shape or dtype mismatch",
+    explanation="""
+A model was built from tensors whose shapes or dtypes differ from the field declarations. Every
+mismatch is listed at once, each with the declared shape in dims and in numbers:
+
+    tw1: expected [L N Dt] = [2 16 64] float32, got [2 16 32] float32
+
+Check the dims the model was built with (`m.dims`), or override them: `Spotter.init(seed=0, Dt=32)`.
+Numpy arrays are converted to the declared dtype when only the precision differs (float64 ->
+float32); JAX arrays must have the declared dtype.
+""",
+):
+    pass
+
+
+class FrozenModelError(
+    ShapemlError,
+    dataclasses.FrozenInstanceError,
+    code="E1102",
+    title="models are immutable",
+    explanation="""
+A field of a model was assigned (`m.w_h = m.w_h * 0.0`). Models are immutable values, so JAX
+transformations and caches can rely on them; a change makes a new model:
+
+    m = m.replace(w_h=m.w_h * 0.0)
+
+A training step returns the new model and optimizer state: `m, opt = optim.update(m, opt, g)`.
+""",
+):
+    pass
+
+
+def field_hash(name: str) -> int:
+    """A stable 31-bit hash of a dotted field name (Python's `hash` is salted per process)."""
+    return int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "little") & 0x7FFFFFFF
+
+
+class _DimsAccess:
+    """`Model.dims` is the class's declaration; `m.dims` is the instance's resolved dims."""
+
+    def __get__(self, obj, cls):
+        if obj is None:
+            return cls.__dict__.get("__dims_decl__", Dims())
+        return obj._dims
+
+
+def _annotations_of(cls) -> dict[str, Any]:
+    raw = cls.__dict__.get("__annotations__", {})
+    module = sys.modules.get(cls.__module__)
+    namespace = dict(vars(module)) if module else {}
+    hints = {}
+    for name, hint in raw.items():
+        if isinstance(hint, str):
+            try:
+                hint = eval(hint, namespace, dict(vars(cls)))  # noqa: S307 - the class's own annotation
+            except Exception as e:
+                raise FieldDeclarationError(
+                    f"`{cls.__name__}.{name}`: its annotation `{hint}` could not be evaluated ({e})",
+                    fix="define the names it uses at module level, or drop "
+                    "`from __future__ import annotations` from the model's module",
+                ) from None
+        hints[name] = hint
+    return hints
+
+
+class Model(eqx.Module):
+    """Base class of shapeml models: subclass it, declare `dims` and fields.
+
+    Example:
+        >>> class Head(sm.Model):
+        ...     dims = sm.Dims(D=32, C=4)
+        ...     w: Float[Array, "D C"] = sm.param(sm.normal(std=0.18))
+        >>> m = Head.init(seed=0, D=8)
+        >>> m.w.shape, m.dims.D
+        ((8, 4), 8)
+    """
+
+    _dims: Dims = eqx.field(static=True)
+    dims = _DimsAccess()
+    __shapeml_fields__: ClassVar[dict[str, FieldSpec]] = {}
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        decl = cls.__dict__.get("dims")
+        if decl is not None:
+            if not isinstance(decl, Dims):
+                raise DimsError(
+                    f"`{cls.__name__}.dims` is {decl!r}, not an sm.Dims",
+                    fix=f"declare `dims = sm.Dims(D=32, ...)` in `{cls.__name__}`",
+                )
+            type.__delattr__(cls, "dims")
+        else:
+            decl = next(
+                (b.__dims_decl__ for b in cls.__mro__[1:] if "__dims_decl__" in vars(b)), Dims()
+            )
+        cls.__dims_decl__ = decl
+        fields = dict(cls.__shapeml_fields__)
+        hints = _annotations_of(cls)
+        for name, hint in hints.items():
+            value = cls.__dict__.get(name, dataclasses.MISSING)
+            spec = spec_of(value) if isinstance(value, dataclasses.Field) else None
+            if spec is None:
+                if isinstance(value, dataclasses.Field) and value.metadata.get("static"):
+                    continue  # static configuration, e.g. eqx.field(static=True, default=...)
+                if typing.get_origin(hint) is ClassVar:
+                    continue
+                raise FieldDeclarationError(
+                    f"`{cls.__name__}.{name}` has no declaration",
+                    fix=f"write `{name}: ... = sm.param(init)`, `sm.buffer(init)`, "
+                    "`sm.submodel(Cls)` or `sm.submodels(Cls, count)`",
+                )
+            fields[name] = complete_spec(cls.__name__, name, spec, hint, decl)
+        cls.__shapeml_fields__ = fields
+
+    def __init__(self, *, dims: Dims | Mapping[str, int] | None = None, **values: Any):
+        cls = type(self)
+        specs = cls.__shapeml_fields__
+        decl: Dims = cls.dims
+        if dims is None:
+            dims = decl
+        elif not isinstance(dims, Dims):
+            dims = decl.resolve(**dict(dims))
+        elif dims.declarations().keys() != decl.declarations().keys():
+            raise DimsError(
+                f"`{cls.__name__}` declares dims {list(decl)}, but was given {list(dims)}",
+                fix=f"pass dims=`{cls.__name__}.dims.resolve(...)`",
+            )
+        unknown = [k for k in values if k not in specs]
+        if unknown:
+            raise UnknownFieldError(
+                f"`{cls.__name__}` has no field {', '.join(f'`{k}`' for k in unknown)} "
+                f"(fields: {', '.join(specs) or 'none'})",
+                fix=similar(unknown[0], specs),
+            )
+        problems: list[str] = []
+        for name, spec in specs.items():
+            if name not in values:
+                problems.append(f"{name}: missing ({_describe_spec(spec, dims)})")
+                continue
+            value, problem = _check_value(cls.__name__, name, spec, values[name], dims)
+            if problem:
+                problems.append(problem)
+            object.__setattr__(self, name, value)
+        if problems:
+            raise ShapeMismatchError(
+                f"`{cls.__name__}` ({_dims_str(dims)}) was given {len(problems)} field(s) that do "
+                "not match their declarations:\n    " + "\n    ".join(problems),
+                fix="check the dims the model was built with, or build it with the dims that "
+                "match: e.g. `init(seed=0, D=64)`",
+            )
+        object.__setattr__(self, "_dims", dims)
+
+    @classmethod
+    def init(cls, seed: int | jax.Array = 0, **dims: Any):
+        """A new model whose every field is drawn by its initializer.
+
+        Field `f` draws from `fold_in(key(seed), h(f))` with `h` a stable hash of its dotted name,
+        so the same seed gives the same model, and adding a field changes no other.
+
+        Args:
+            seed: a whole number, or a `jax.random.key`.
+            **dims: overrides of free dims (`D=64`).
+
+        Raises:
+            DimsOverrideError: (E0904) for an unknown or derived dim, or a bad value.
+        """
+        key = jax.random.key(seed) if isinstance(seed, (int, np.integer)) else seed
+        return cls._init_at(key, cls.dims.resolve(**dims), "")
+
+    @classmethod
+    def _init_at(cls, key: jax.Array, dims: Dims, prefix: str):
+        values = {}
+        for name, spec in cls.__shapeml_fields__.items():
+            path = prefix + name
+            if spec.kind == "submodel":
+                values[name] = spec.model._init_at(key, child_dims(spec.model, dims), path + ".")
+            elif spec.kind == "submodels":
+                sub = child_dims(spec.model, dims)
+                values[name] = tuple(
+                    spec.model._init_at(key, sub, f"{path}.{i}.")
+                    for i in range(spec.count_in(dims))
+                )
+            else:
+                shape = spec.shape_in(dims, f"`{cls.__name__}.{name}`")
+                field_key = jax.random.fold_in(key, field_hash(path))
+                values[name] = jnp.asarray(spec.init(field_key, shape, spec.dtype), spec.dtype)
+        return cls(dims=dims, **values)
+
+    def replace(self, **changes: Any):
+        """A new model with some fields replaced, each checked against its declaration.
+
+        Raises:
+            UnknownFieldError: (E0901) for a name the model does not declare.
+            ShapeMismatchError: (E0902) for a wrong shape or dtype.
+        """
+        specs = type(self).__shapeml_fields__
+        values = {name: getattr(self, name) for name in specs}
+        for name in changes:
+            if name not in specs:
+                raise UnknownFieldError(
+                    f"`{type(self).__name__}` has no field `{name}` to replace "
+                    f"(fields: {', '.join(specs)})",
+                    fix=similar(name, specs),
+                )
+        return type(self)(dims=self._dims, **{**values, **changes})
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        specs = type(self).__shapeml_fields__
+        raise UnknownFieldError(
+            f"`{type(self).__name__}` has no field `{name}` (fields: {', '.join(specs) or 'none'})",
+            fix=similar(name, list(specs) + ["dims"]),
+        )
+
+    def __setattr__(self, name: str, value: Any):
+        cls = type(self).__name__
+        known = name in type(self).__shapeml_fields__
+        raise FrozenModelError(
+            f"`{cls}` is immutable: `m.{name} = ...` cannot change it"
+            + ("" if known else f" (and `{cls}` has no field `{name}`)"),
+            fix=f"make a new model instead: `m = m.replace({name}=...)`",
+        )
+
+    def __delattr__(self, name: str):
+        self.__setattr__(name, None)
+
+    def __repr__(self) -> str:
+        return "\n".join(_repr_lines(self, ""))
+
+
+def child_dims(model: type[Model], parent: Dims) -> Dims:
+    """A sub-model's dims: its own declaration, with every free dim it shares with the parent
+    taken from the parent.
+
+    Raises:
+        DimsError: (E0903) when a derived dim of the child disagrees with the parent's.
+    """
+    decl = model.dims
+    dims = decl.resolve(**{n: parent[n] for n in decl.free if n in parent})
+    for n in decl.derived:
+        if n in parent and dims[n] != parent[n]:
+            raise DimsError(
+                f"`{model.__name__}` derives {n} = {dims[n]} but its parent has {n} = {parent[n]}",
+                fix=f"make the two declarations of `{n}` agree",
+            )
+    return dims
+
+
+def _dims_str(dims: Mapping[str, int]) -> str:
+    return " ".join(f"{k}={v}" for k, v in dims.items())
+
+
+def _describe_spec(spec: FieldSpec, dims: Mapping[str, int]) -> str:
+    if spec.kind == "submodel":
+        return spec.model.__name__
+    if spec.kind == "submodels":
+        return f"{spec.count_in(dims)} x {spec.model.__name__}"
+    shape = spec.shape_in(dims)
+    return f"[{spec.shape_str}] = [{' '.join(map(str, shape))}] {spec.dtype.name}"
+
+
+def _check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
+    """Returns (value to store, problem or None)."""
+    if spec.kind == "submodel":
+        return _check_child(owner, name, spec.model, value, dims)
+    if spec.kind == "submodels":
+        if not isinstance(value, (tuple, list)):
+            return (
+                value,
+                f"{name}: expected a tuple of {spec.model.__name__}, got {type(value).__name__}",
+            )
+        count = spec.count_in(dims)
+        if len(value) != count:
+            return tuple(value), (
+                f"{name}: expected {count} x {spec.model.__name__} ({spec.count}={count}), "
+                f"got {len(value)}"
+            )
+        checked = [
+            _check_child(owner, f"{name}.{i}", spec.model, v, dims) for i, v in enumerate(value)
+        ]
+        problems = [p for _, p in checked if p]
+        return tuple(v for v, _ in checked), ("; ".join(problems) or None)
+    expected = spec.shape_in(dims)
+    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray) and not isinstance(value, jax.Array):
+        same_kind = np.dtype(value.dtype).kind == spec.dtype.kind or (
+            spec.dtype.kind == "f" and value.dtype.kind in "iu"
+        )
+        if same_kind:
+            value = jnp.asarray(value, spec.dtype)
+    shape, dtype = tuple(value.shape), np.dtype(value.dtype)
+    if shape != expected or dtype != spec.dtype:
+        return value, (
+            f"{name}: expected [{spec.shape_str}] = [{' '.join(map(str, expected))}] "
+            f"{spec.dtype.name}, got [{' '.join(map(str, shape))}] {dtype.name}"
+        )
+    return value, None
+
+
+def _check_child(owner: str, name: str, model: type[Model], value: Any, dims: Dims):
+    if not isinstance(value, model):
+        return value, f"{name}: expected a {model.__name__}, got {type(value).__name__}"
+    expected = child_dims(model, dims)
+    if value.dims != expected:
+        diff = ", ".join(
+            f"{k}: expected {expected[k]}, got {value.dims[k]}"
+            for k in expected
+            if value.dims[k] != expected[k]
+        )
+        return value, f"{name}: its dims differ from `{owner}`'s ({diff})"
+    return value, None
+
+
+def _repr_lines(m: Model, indent: str) -> list[str]:
+    cls = type(m)
+    lines = [f"{cls.__name__}({_dims_str(m.dims)})"]
+    rows = []
+    for name, spec in cls.__shapeml_fields__.items():
+        value = m.__dict__.get(name)
+        if spec.kind == "submodel":
+            sub = _repr_lines(value, indent + "  ")
+            lines.append(f"{indent}  {name}: {sub[0]}")
+            lines.extend(sub[1:])
+        elif spec.kind == "submodels":
+            for i, child in enumerate(value or ()):
+                sub = _repr_lines(child, indent + "  ")
+                lines.append(f"{indent}  {name}.{i}: {sub[0]}")
+                lines.extend(sub[1:])
+        else:
+            shape = " ".join(map(str, getattr(value, "shape", ())))
+            dtype = getattr(getattr(value, "dtype", None), "name", "?")
+            rows.append((spec.kind, name, f"[{spec.shape_str}]", f"[{shape}]", dtype))
+    if rows:
+        widths = [max(len(r[i]) for r in rows) for i in range(5)]
+        table = [
+            f"{indent}  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows
+        ]
+        lines[1:1] = table
+    return lines

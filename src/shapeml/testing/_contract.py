@@ -1,0 +1,133 @@
+"""`check_contract`: traces a function on abstract inputs built from its annotations.
+
+The function runs under `jax.eval_shape`, so no numbers are computed: its `@sm.shaped` checks see
+tracers whose shapes follow the annotations, with the model's dims and each listed size bound.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from .._errors import ShapemlError
+from .._shaped import ShapeCheckError, shaped
+from ..models import Model
+
+__all__ = ["ContractError", "check_contract"]
+
+
+class ContractError(
+    ShapemlError,
+    AssertionError,
+    code="E1002",
+    title="shape contract broken",
+    explanation="""
+`shapeml.testing.check_contract` traced a function on abstract inputs built from its annotations
+(the model's dims bound, each listed size tried in turn) and its shapes did not hold: an argument
+built from the annotation was rejected by the function's body or its return annotation.
+
+The message names the sizes tried (e.g. `b=3`) and the dim that broke. Fix the function or its
+annotation; the check runs under `jax.eval_shape`, so it costs no compute.
+""",
+):
+    pass
+
+
+def _abstract_model(m: Model | type[Model]):
+    if isinstance(m, type):
+        return jax.eval_shape(lambda: m.init(seed=0))
+    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), m)
+
+
+def _stand_in(name: str, hint: Any, bindings: Mapping[str, Any]) -> jax.ShapeDtypeStruct:
+    dim_str = getattr(hint, "dim_str", None)
+    if dim_str is None:
+        raise TypeError(
+            f"cannot build argument `{name}`: its annotation {hint!r} is not a "
+            "jaxtyping array type; pass the argument explicitly"
+        )
+    shape = []
+    for tok in dim_str.split():
+        tok = tok.lstrip("#")
+        if tok.isdigit():
+            shape.append(int(tok))
+        elif tok in bindings:
+            shape.append(bindings[tok])
+        else:
+            try:
+                shape.append(eval(tok, {"__builtins__": {}}, dict(bindings)))  # noqa: S307 - dim expr
+            except NameError:
+                raise ContractError(
+                    f"argument `{name}` has shape `{dim_str}`, and no size is given for `{tok}`",
+                    fix=f"pass sizes={{'{tok}': [...]}} or dims={{'{tok}': n}}",
+                ) from None
+    dtypes = getattr(hint, "dtypes", None)
+    if isinstance(dtypes, (list, tuple)):
+        dtype = next((d for d in ("float32", "int32", "uint8", "bool") if d in dtypes), dtypes[-1])
+    else:
+        dtype = "float32"
+    return jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
+
+
+def check_contract(
+    fn: Callable,
+    *args: Any,
+    sizes: Mapping[str, Sequence[int | str]] | None = None,
+    dims: Mapping[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Checks that `fn`'s annotated shapes hold for every listed size, without computing.
+
+    Arguments given in `args` are used as they are (a model class stands for `Cls.init()`'s
+    shapes); every remaining parameter annotated with a jaxtyping array type is built from its
+    annotation, with the model's dims, `dims`, and one value of each entry of `sizes` bound. A
+    size given as a string (`"b"`) is symbolic: the contract must hold for every value of it.
+
+    Example:
+        >>> check_contract(spotter.forward, Spotter, sizes={"b": [1, 7, "b"]})
+
+    Returns:
+        One record per size combination: the sizes and the output's shapes.
+
+    Raises:
+        ContractError: (E1002) naming the sizes tried and the dim that broke.
+    """
+    sizes = dict(sizes or {"b": [1, 3]})
+    sig = inspect.signature(fn)
+    hints = typing.get_type_hints(inspect.unwrap(fn))
+    params = list(sig.parameters)
+    given = [
+        _abstract_model(a)
+        if isinstance(a, Model) or (isinstance(a, type) and issubclass(a, Model))
+        else a
+        for a in args
+    ]
+    model_dims: dict[str, int] = {}
+    for a in given:
+        if isinstance(a, Model):
+            model_dims.update(a.dims)
+    checked = fn if getattr(fn, "__shaped__", False) else shaped(fn)
+    names = list(sizes)
+    combos = [{}]
+    for n in names:
+        combos = [{**c, n: v} for c in combos for v in sizes[n]]
+    records = []
+    for combo in combos:
+        bindings = {**model_dims, **(dims or {})}
+        for n, v in combo.items():
+            bindings[n] = jax.export.symbolic_shape(v)[0] if isinstance(v, str) else v
+        built = [_stand_in(p, hints.get(p), bindings) for p in params[len(given) :]]
+        try:
+            out = jax.eval_shape(checked, *given, *built)
+        except ShapeCheckError as e:
+            where = ", ".join(f"{k}={v}" for k, v in combo.items())
+            raise ContractError(
+                f"the shape contract of `{fn.__qualname__}` breaks at {where}:\n{e.message}",
+                fix="fix the function or its annotation",
+            ) from e
+        records.append({"sizes": combo, "out": jax.tree.map(lambda s: tuple(s.shape), out)})
+    return records
