@@ -7,10 +7,16 @@ Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.state`, `shapeml.int8`,
 
 from . import data as data
 from . import models as models
+from . import optim as optim
 from . import testing as testing
+from ._dead_params import DeadParamWarning as DeadParamWarning
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
 from ._errors import explain as explain
+from ._grad import Grad as Grad
+from ._grad import grad as grad
+from ._grad import norm as norm
+from ._grad import value_and_grad as value_and_grad
 from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
 from .models import Dims as Dims
@@ -29,3 +35,5 @@ from .models import submodel as submodel
 from .models import submodels as submodels
 from .models import uniform as uniform
 from .models import zeros as zeros
+from .optim import load_checkpoint as load_checkpoint
+from .optim import save_checkpoint as save_checkpoint

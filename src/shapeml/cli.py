@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from ._errors import ShapemlError, explain, registry
@@ -19,6 +20,45 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
+    """JAX on CPU shows one device unless XLA_FLAGS asks for more before it starts, so a run
+    with `--devices N` restarts itself once with the flag set (a no-op where devices exist)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if not n or n < 2 or "xla_force_host_platform_device_count" in flags:
+        return
+    import jax
+
+    if jax.default_backend() == "cpu" and jax.device_count() < n:
+        env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={n}"}
+        sys.stdout.flush()
+        os.execve(sys.executable, [sys.executable, "-m", "shapeml.cli", *argv], env)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .training._spotter import format_report, train_spotter
+
+    result, report = train_spotter(
+        steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
+        clip=args.clip, seed=args.seed, train_size=args.train_size, test_size=args.test_size,
+        devices=args.devices, out=args.out, checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+    )
+    last = next((h for h in reversed(result.history) if "loss" in h), {})
+    print(f"trained {args.steps} steps: final loss {last.get('loss', float('nan')):.4f}, "
+          f"skipped steps (non-finite gradients): {result.skipped}")
+    print(format_report(report))
+    if args.out:
+        print(f"saved the model to {args.out}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from .training._spotter import evaluate_file, format_report
+
+    print(format_report(evaluate_file(args.path, args.test_size)))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every `shapeml` subcommand."""
     parser = argparse.ArgumentParser(
@@ -29,12 +69,48 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("code", nargs="?", help="a code such as E0901 or W1101")
     p.add_argument("--list", action="store_true", help="list every code with its title")
     p.set_defaults(func=_explain)
+
+    p = sub.add_parser(
+        "train", help="train the Spotter on the built-in shapes data set",
+        description="Train the Spotter (an MLP-mixer) on generated 16x16 shapes with AdamW, "
+        "warmup + cosine learning rate and gradient clipping; print the held-out per-class "
+        "accuracy and confusion matrix, and save the model.",
+    )
+    p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
+    p.add_argument("--batch-size", type=int, default=64, help="images per step (default 64)")
+    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
+    p.add_argument("--warmup", type=int, default=50, help="warmup steps (default 50)")
+    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the init (default 0)")
+    p.add_argument("--train-size", type=int, default=20_000, help="training images (default 20000)")
+    p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
+    p.add_argument("--devices", type=int, default=None,
+                   help="shard each batch across N devices (data parallel; on CPU, N host devices)")
+    p.add_argument("--out", default="spotter.safetensors",
+                   help="where to save the trained model (default spotter.safetensors)")
+    p.add_argument("--checkpoint", default=None,
+                   help="checkpoint path (model + optimizer), written periodically and at the end")
+    p.add_argument("--checkpoint-every", type=int, default=500,
+                   help="steps between checkpoints (default 500)")
+    p.add_argument("--resume", action="store_true", help="resume from --checkpoint if it exists")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    p.set_defaults(func=_train)
+
+    p = sub.add_parser("eval", help="evaluate a saved Spotter on held-out shapes",
+                       description="Load a Spotter saved by `shapeml train` and print its held-out "
+                       "accuracy, per-class accuracy and confusion matrix.")
+    p.add_argument("path", help="a model file written by `shapeml train` (or sm.save)")
+    p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
+    p.set_defaults(func=_eval)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Runs the `shapeml` command line; returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.command == "train":
+        _restart_with_host_devices(args.devices, argv)
     try:
         return args.func(args)
     except ShapemlError as e:

@@ -162,7 +162,7 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], di
     return dict(arrays), dict(metadata)
 
 
-def _metadata(m: Model) -> dict[str, str]:
+def model_metadata(m: Model) -> dict[str, str]:
     cls = type(m)
     return {
         "shapeml.format": "model",
@@ -183,7 +183,7 @@ def save(path: str | os.PathLike, m: Model) -> Path:
     """
     if not isinstance(m, Model):
         raise TypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
-    return write_safetensors(path, {k: v for k, (_, v) in tensors(m).items()}, _metadata(m))
+    return write_safetensors(path, {k: v for k, (_, v) in tensors(m).items()}, model_metadata(m))
 
 
 def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model | None = None):
@@ -230,31 +230,8 @@ def model_from_arrays(
             f"`{source}` was saved with other dims than the model it is loaded like ({diff})",
             fix=f"load with sm.load(path, {cls.__name__}) to take the file's dims",
         )
-    expected = declared(cls, dims)
-    problems = []
-    missing = [k for k in expected if k not in arrays]
-    unexpected = [k for k in arrays if k not in expected]
-    for k in missing:
-        problems.append(f"missing: `{k}` {_fmt(*expected[k][1:])}")
-    for k in unexpected:
-        hint = similar(k, missing, what="missing entry")
-        problems.append(
-            f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
-            + (f" ({hint})" if hint else "")
-        )
-    for k, (_, shape, dtype) in expected.items():
-        if k in arrays:
-            a = arrays[k]
-            if tuple(a.shape) != shape:
-                problems.append(
-                    f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
-                    f"file has {_fmt(a.shape, a.dtype)}"
-                )
-            elif np.dtype(a.dtype) != np.dtype(dtype):
-                problems.append(
-                    f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
-                    f"file has {np.dtype(a.dtype).name}"
-                )
+    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims).items()}
+    problems = entry_problems(expected, arrays)
     if problems:
         raise CheckpointError(
             f"`{source}` does not match `{cls.__name__}` ({' '.join(f'{k}={v}' for k, v in dims.items())}): "
@@ -262,6 +239,32 @@ def model_from_arrays(
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
     return _build(cls, dims, arrays, "")
+
+
+def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarray]) -> list[str]:
+    """Every missing, unexpected (with near-miss hints), wrong-shape and wrong-dtype entry.
+
+    `expected` maps each name to `(shape, dtype)`.
+    """
+    problems = []
+    missing = [k for k in expected if k not in arrays]
+    for k in missing:
+        problems.append(f"missing: `{k}` {_fmt(*expected[k])}")
+    for k in arrays:
+        if k not in expected:
+            hint = similar(k, missing, what="missing entry")
+            problems.append(f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
+                            + (f" ({hint})" if hint else ""))
+    for k, (shape, dtype) in expected.items():
+        if k in arrays:
+            a = arrays[k]
+            if tuple(a.shape) != tuple(shape):
+                problems.append(f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
+                                f"file has {_fmt(a.shape, a.dtype)}")
+            elif np.dtype(a.dtype) != np.dtype(dtype):
+                problems.append(f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
+                                f"file has {np.dtype(a.dtype).name}")
+    return problems
 
 
 def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:

@@ -1,0 +1,168 @@
+"""A small training loop: compiled step, progress bar, evaluation, checkpoints, resume.
+
+Losses stay on the device between log points, so the loop never waits on a step it does not
+report; at each log point they are checked, and a non-finite loss stops training with an error
+that names the last good checkpoint (never overwritten by a diverged state).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from .._errors import ShapemlError
+from ..models import Model
+from ..optim import Optimizer, load_checkpoint, save_checkpoint
+from ._step import TrainStep, make_mesh
+
+__all__ = ["TrainResult", "TrainingDivergedError", "train"]
+
+
+class TrainingDivergedError(ShapemlError, FloatingPointError, code="E1701",
+                            title="training loss is not finite", explanation="""
+The training loss became NaN or infinite. Training stopped at the log point that saw it; the last
+checkpoint written before it holds finite weights and was not overwritten.
+
+Lower the learning rate, add or tighten gradient clipping (`transforms=[optim.clip_norm(1.0)]`),
+or check the data for NaNs. Resume from the last good checkpoint with `resume=True`.
+"""):
+    pass
+
+
+@dataclasses.dataclass
+class TrainResult:
+    """What `train` returns: the final model and optimizer, and the logged history."""
+
+    model: Model
+    opt: Optimizer
+    history: list[dict[str, Any]]
+
+    @property
+    def skipped(self) -> int:
+        """Steps whose gradient was not finite and were skipped."""
+        return int(self.opt.skipped)
+
+
+def train(
+    loss: Callable,
+    model: Model,
+    opt: Optimizer,
+    data: Iterable[tuple],
+    *,
+    steps: int,
+    has_aux: bool = False,
+    log_every: int = 25,
+    eval_fn: Callable[[Model], dict[str, float]] | None = None,
+    eval_every: int = 0,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 0,
+    resume: bool = False,
+    devices: int | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
+
+    Args:
+        loss: `loss(model, *batch)`, a scalar, or `(scalar, {name: scalar})` with `has_aux`
+            (those metrics show in the progress bar, e.g. accuracy).
+        model, opt: the model and its optimizer (`optim.adamw(model, ...)`).
+        data: an iterator of batch tuples (e.g. `shapeml.data.batches(x, y, batch_size=64)`).
+        steps: total steps, counting those already done when resuming.
+        log_every: steps between loss checks and progress-bar updates.
+        eval_fn: `eval_fn(model) -> {name: value}`, run every `eval_every` steps and at the end.
+        checkpoint: a path for `save_checkpoint`, written every `checkpoint_every` steps (if > 0)
+            and at the end.
+        resume: continue from `checkpoint` if it exists (the data iterator is fast-forwarded past
+            the batches already used, so a resumed run equals an uninterrupted one).
+        devices: shard each batch across this many devices (data parallel; params replicated).
+        progress: show a tqdm progress bar (loss, metrics, skipped steps, steps/s).
+
+    Raises:
+        TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
+    """
+    done = 0
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        model, opt = load_checkpoint(checkpoint, type(model), like=opt)
+        done = int(opt.step) + int(opt.skipped)
+    mesh = make_mesh(devices) if devices else None
+    step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh)
+    batches = iter(data)
+    for _ in itertools.islice(batches, done):
+        pass  # fast-forward past the batches a resumed run already used
+    history: list[dict[str, Any]] = []
+    pending: list[tuple[int, Any]] = []
+    last_good: tuple[int, str] | None = (done, str(checkpoint)) if done else None
+    bar = tqdm(total=steps, initial=done, disable=not progress, unit="step", dynamic_ncols=True)
+
+    def flush(at: int) -> None:
+        nonlocal pending
+        if not pending:
+            return
+        values = jax.device_get([v for _, v in pending])
+        losses = [float(v[0] if has_aux else v) for v in values]
+        for (i, _), value in zip(pending, losses):
+            if not math.isfinite(value):
+                where = (f"the last good checkpoint is `{last_good[1]}` (step {last_good[0]})"
+                         if last_good else "no checkpoint was written before it")
+                raise TrainingDivergedError(
+                    f"the loss is {value} at step {i + 1}; {where}",
+                    fix="lower the learning rate or clip gradients, then resume from the checkpoint",
+                )
+        record = {"step": at, "loss": float(np.mean(losses))}
+        if has_aux:
+            for name in values[-1][1]:
+                record[name] = float(np.mean([float(v[1][name]) for v in values]))
+        record["skipped"] = int(step.opt.skipped)
+        history.append(record)
+        bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v)
+                         for k, v in record.items() if k != "step"})
+        pending = []
+
+    for i in range(done, steps):
+        try:
+            batch = next(batches)
+        except StopIteration:
+            raise ValueError(f"the data ran out after {i} of {steps} steps; pass more batches "
+                             "(e.g. batches(..., epochs=None))") from None
+        pending.append((i, step(*batch)))
+        bar.update(1)
+        at = i + 1
+        if at % log_every == 0 or at == steps:
+            flush(at)
+        if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
+            flush(at)
+            save_checkpoint(checkpoint, step.model, step.opt)
+            last_good = (at, str(checkpoint))
+        if eval_fn is not None and eval_every and at % eval_every == 0 and at != steps:
+            history.append({"step": at, **eval_fn(step.model)})
+    flush(steps)
+    bar.close()
+    if eval_fn is not None:
+        history.append({"step": steps, **eval_fn(step.model)})
+    if checkpoint is not None:
+        save_checkpoint(checkpoint, step.model, step.opt)
+    return TrainResult(step.model, step.opt, history)
+
+
+def predict_in_batches(predict: Callable, model: Model, images: np.ndarray,
+                       batch_size: int = 1024) -> np.ndarray:
+    """Runs a jitted `predict(model, images)` over `images` in fixed-size chunks."""
+    fn = jax.jit(predict)
+    out = []
+    for start in range(0, len(images), batch_size):
+        chunk = images[start : start + batch_size]
+        n = len(chunk)
+        if n < batch_size and start > 0:  # pad the last chunk: no recompile for a new shape
+            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch_size - n, axis=0)])
+        out.append(np.asarray(fn(model, jnp.asarray(chunk)))[:n])
+    return np.concatenate(out)
