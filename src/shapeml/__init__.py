@@ -8,6 +8,7 @@ Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.state`, `shapeml.int8`,
 from . import data as data
 from . import models as models
 from . import optim as optim
+from . import state as state
 from . import testing as testing
 from ._dead_params import DeadParamWarning as DeadParamWarning
 from ._errors import ShapemlError as ShapemlError

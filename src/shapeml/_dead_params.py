@@ -90,11 +90,15 @@ def check_reads(f: Callable, loss_of_params: Callable, params, m, args, kwargs, 
 
 
 def _static_key(static):
-    try:
-        hash(static)
-        return static
-    except TypeError:
-        return id(static)
+    leaves, treedef = jax.tree.flatten(static)
+    keys = []
+    for leaf in leaves:
+        try:
+            hash(leaf)
+            keys.append(leaf)
+        except TypeError:
+            keys.append(id(leaf))
+    return treedef, tuple(keys)
 
 
 def _param_names(m) -> list[str]:

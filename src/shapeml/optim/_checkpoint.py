@@ -61,7 +61,7 @@ def save_checkpoint(path: str | os.PathLike, m: Model, opt: Optimizer) -> Path:
     meta["shapeml.format"] = "checkpoint"
     try:
         meta["shapeml.optimizer"] = json.dumps(opt.config())
-    except TypeError:  # a user's own transform cannot be described: resume with like=opt
+    except (TypeError, AttributeError):  # a user's own transform cannot be described: like=opt
         meta["shapeml.optimizer"] = json.dumps({"kind": opt.kind, "rebuildable": False})
     return write_safetensors(path, arrays, meta)
 

@@ -1,0 +1,50 @@
+"""Weights and device-resident state: a compiled `Graph` that owns both, and the `KVCache`.
+
+A graph uploads its weights (`param`) once and keeps its state (`state`) on the device across
+calls, updated in place; per-call indices are traced (no recompiles) and bounds-checked (never
+clamped); `Graph.reference` runs the same body eagerly on the host.
+"""
+
+from ._decl import param as param
+from ._decl import state as state
+from ._errors import GraphBodyError as GraphBodyError
+from ._errors import GraphDeclarationError as GraphDeclarationError
+from ._errors import GraphInputError as GraphInputError
+from ._errors import LoadStateDictError as LoadStateDictError
+from ._errors import StateIndexError as StateIndexError
+from ._errors import StateIndexTypeError as StateIndexTypeError
+from ._errors import StateNotFoundError as StateNotFoundError
+from ._errors import StateWriteError as StateWriteError
+from ._errors import UnboundParamError as UnboundParamError
+from ._errors import WeightWriteError as WeightWriteError
+from ._frame import StateView as StateView
+from ._graph import Graph as Graph
+from ._handles import ParamHandle as ParamHandle
+from ._handles import StateHandle as StateHandle
+from ._index import assume_in_bounds as assume_in_bounds
+from ._index import check_index as check_index
+from ._index import span as span
+from ._kvcache import KVCache as KVCache
+
+__all__ = [
+    "Graph",
+    "GraphBodyError",
+    "GraphDeclarationError",
+    "GraphInputError",
+    "KVCache",
+    "LoadStateDictError",
+    "ParamHandle",
+    "StateHandle",
+    "StateIndexError",
+    "StateIndexTypeError",
+    "StateNotFoundError",
+    "StateView",
+    "StateWriteError",
+    "UnboundParamError",
+    "WeightWriteError",
+    "assume_in_bounds",
+    "check_index",
+    "param",
+    "span",
+    "state",
+]

@@ -1,0 +1,238 @@
+"""Grad[M]: arithmetic, norm, field access, typing; value_and_grad against references;
+dead-param analysis (W1101 / E1101) including nested control flow."""
+
+import warnings
+
+import beartype
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+from jaxtyping import Array, Float
+
+import shapeml as sm
+from shapeml.data import shapes
+from shapeml.models import spotter
+from shapeml.models.mixer import mix_channels
+from shapeml.models.mixer import norm as layer_norm
+
+
+class Lin(sm.Model):
+    dims = sm.Dims(I=3, O=2)
+    w: Float[Array, "I O"] = sm.param(sm.normal())
+    b: Float[Array, " O"] = sm.param(sm.normal())
+    scale: Float[Array, " O"] = sm.buffer(sm.ones)
+
+
+class Other(sm.Model):
+    dims = sm.Dims(I=3, O=2)
+    w: Float[Array, "I O"] = sm.param(sm.normal())
+    b: Float[Array, " O"] = sm.param(sm.normal())
+
+
+def lin_loss(m, x, y):
+    return jnp.mean(((x @ m.w + m.b[None]) * m.scale[None] - y) ** 2)
+
+
+@pytest.fixture
+def batch():
+    k1, k2 = jax.random.split(jax.random.key(1))
+    return jax.random.normal(k1, (5, 3)), jax.random.normal(k2, (5, 2))
+
+
+def test_value_and_grad_matches_jax_on_dicts(batch):
+    x, y = batch
+    m = Lin.init(seed=0)
+    value, g = sm.value_and_grad(lin_loss, m, x, y)
+
+    def dict_loss(p):
+        return jnp.mean(((x @ p["w"] + p["b"][None]) * m.scale[None] - y) ** 2)
+
+    ref_value, ref = jax.value_and_grad(dict_loss)({"w": m.w, "b": m.b})
+    np.testing.assert_allclose(value, ref_value, rtol=1e-6)
+    np.testing.assert_allclose(g.w, ref["w"], rtol=1e-6)
+    np.testing.assert_allclose(g["b"], ref["b"], rtol=1e-6)
+    assert list(g.named()) == ["w", "b"]  # params only: no buffer
+
+
+def test_grad_against_finite_differences():
+    m = spotter.Spotter.init(seed=0)
+    img, y = (jnp.asarray(a) for a in shapes.draw(4, seed=0))
+
+    def loss_of_head(w_h):
+        return spotter.loss(m.replace(w_h=w_h), img, y)
+
+    check_grads(loss_of_head, (m.w_h,), order=1, modes=["rev"], atol=2e-2, rtol=2e-2)
+    g = sm.grad(spotter.loss, m, img, y)
+    np.testing.assert_allclose(g.w_h, jax.grad(loss_of_head)(m.w_h), rtol=1e-5, atol=1e-7)
+
+
+def test_arithmetic_and_norm_against_numpy(batch):
+    m = Lin.init(seed=0)
+    g = sm.grad(lin_loss, m, *batch)
+    h = sm.grad(lin_loss, Lin.init(seed=1), *batch)
+    gw, hw = np.asarray(g.w), np.asarray(h.w)
+    np.testing.assert_allclose((g + h).w, gw + hw, rtol=1e-6)
+    np.testing.assert_allclose((g - h).w, gw - hw, rtol=1e-6)
+    np.testing.assert_allclose((g * h).w, gw * hw, rtol=1e-6)
+    np.testing.assert_allclose((g * 0.5).w, gw * 0.5, rtol=1e-6)
+    np.testing.assert_allclose((2.0 * g).w, gw * 2, rtol=1e-6)
+    np.testing.assert_allclose((g / 4).b, np.asarray(g.b) / 4, rtol=1e-6)
+    np.testing.assert_allclose((-g).b, -np.asarray(g.b), rtol=1e-6)
+    np.testing.assert_allclose((1.0 - g).b, 1.0 - np.asarray(g.b), rtol=1e-6)
+    np.testing.assert_allclose(sum([g, h]).w, gw + hw, rtol=1e-6)
+    flat = np.concatenate([gw.ravel(), np.asarray(g.b).ravel()])
+    np.testing.assert_allclose(sm.norm(g), np.linalg.norm(flat), rtol=1e-6)
+
+
+def test_grads_of_different_models_do_not_mix(batch):
+    g = sm.grad(lin_loss, Lin.init(seed=0), *batch)
+    other = sm.grad(lambda m, x, y: jnp.mean((x @ m.w + m.b[None] - y) ** 2), Other.init(), *batch)
+    with pytest.raises(TypeError, match="E1104") as e:
+        g + other
+    assert "Grad[Lin] + Grad[Other]" in str(e.value)
+    wide = sm.grad(lin_loss, Lin.init(seed=0, I=4), jnp.ones((5, 4)), batch[1])
+    with pytest.raises(sm.ShapemlError, match="E1104"):
+        g - wide
+
+
+def test_grad_types_and_field_access(batch):
+    g = sm.grad(lin_loss, Lin.init(seed=0), *batch)
+    assert isinstance(g, sm.Grad[Lin]) and not isinstance(g, sm.Grad[Other])
+    assert sm.Grad[Lin] is sm.Grad[Lin]
+    with pytest.raises(AttributeError, match="E1105"):
+        _ = g.scale
+    with pytest.raises(AttributeError, match="a field with a similar name exists: `w`"):
+        _ = g.W
+
+    @beartype.beartype
+    def typed(g: sm.Grad[Lin]) -> sm.Grad[Lin]:
+        return g * 0.5
+
+    typed(g)
+    other = sm.grad(lambda m, x, y: jnp.sum(x @ m.w) + jnp.sum(m.b), Other.init(), *batch)
+    with pytest.raises(beartype.roar.BeartypeCallHintParamViolation):
+        typed(other)
+
+
+def test_has_aux(batch):
+    def loss_aux(m, x, y):
+        err = (x @ m.w + m.b[None]) * m.scale[None] - y
+        return jnp.mean(err**2), {"max": jnp.max(jnp.abs(err))}
+
+    (value, aux), g = sm.value_and_grad(loss_aux, Lin.init(), *batch, has_aux=True)
+    g2, aux2 = sm.grad(loss_aux, Lin.init(), *batch, has_aux=True)
+    np.testing.assert_allclose(value, lin_loss(Lin.init(), *batch), rtol=1e-6)
+    np.testing.assert_allclose(g.w, g2.w)
+    assert float(aux["max"]) == float(aux2["max"]) > 0
+
+
+def test_works_under_jit_vmap_and_scan(batch):
+    m = Lin.init(seed=0)
+    x, y = batch
+    g = sm.grad(lin_loss, m, x, y)
+    gj = jax.jit(lambda m, x, y: sm.grad(lin_loss, m, x, y))(m, x, y)
+    np.testing.assert_allclose(gj.w, g.w, rtol=1e-6)
+    per_example = jax.vmap(lambda xi, yi: sm.grad(lin_loss, m, xi[None], yi[None]))(x, y)
+    assert isinstance(per_example, sm.Grad[Lin]) and per_example.w.shape == (5, 3, 2)
+    np.testing.assert_allclose(per_example.w.mean(0), g.w, rtol=1e-5, atol=1e-6)
+
+    def body(total, xy):
+        return total + sm.grad(lin_loss, m, xy[0][None], xy[1][None]), None
+
+    zero = g * 0.0
+    total, _ = jax.lax.scan(body, zero, (x, y))
+    np.testing.assert_allclose((total / 5).b, g.b, rtol=1e-5, atol=1e-6)
+
+
+def _forgot_token_mixing(m, img, y):
+    x = img.astype(jnp.float32) * (2.0 / 255.0) - 1.0
+    tokens = spotter.patchify(x, 4) @ m.w_e
+    for layer in range(2):
+        tokens = mix_channels(tokens, m.cw1[layer], m.cw2[layer])
+    logits = jnp.mean(layer_norm(tokens), axis=1) @ m.w_h
+    return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+
+def test_forgotten_token_mixing_warns_for_tw1_and_tw2():
+    m = spotter.Spotter.init(seed=0)
+    img, y = (jnp.asarray(a) for a in shapes.draw(8, seed=0))
+    with pytest.warns(sm.DeadParamWarning) as record:
+        sm.value_and_grad(_forgot_token_mixing, m, img, y)
+    messages = sorted(str(w.message).splitlines()[0] for w in record)
+    assert len(messages) == 2
+    assert "never reads the param `tw1` of `Spotter`" in messages[0]
+    assert "never reads the param `tw2` of `Spotter`" in messages[1]
+    assert "[W1101]" in messages[0]
+
+
+def test_no_false_warning_on_a_normal_loss():
+    m = spotter.Spotter.init(seed=0)
+    img, y = (jnp.asarray(a) for a in shapes.draw(8, seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sm.value_and_grad(spotter.loss, m, img, y)
+        jax.jit(lambda m: sm.value_and_grad(spotter.loss, m, img, y))(m)
+
+
+def test_stop_gradient_only_reads_count_as_unread(batch):
+    def loss(m, x, y):
+        return jnp.mean((x @ m.w + jax.lax.stop_gradient(m.b)[None] - y) ** 2)
+
+    with pytest.warns(sm.DeadParamWarning, match="`b`"):
+        sm.value_and_grad(loss, Lin.init(), *batch)
+
+
+def test_loss_that_reads_no_param_raises_e1101(batch):
+    with pytest.raises(sm.ShapemlError, match="E1101") as e:
+        sm.value_and_grad(lambda m, x, y: jnp.mean(x * m.scale[0]), Lin.init(), *batch)
+    assert "reads none of `Lin`'s params (w, b)" in str(e.value)
+
+
+@pytest.mark.parametrize("construct", ["scan", "cond", "pjit", "checkpoint", "custom_jvp"])
+def test_nested_constructs_are_followed(construct, batch):
+    x, y = batch
+
+    @jax.custom_jvp
+    def square(v):
+        return v * v
+
+    square.defjvp(lambda p, t: (square(p[0]), 2 * p[0] * t[0]))
+
+    def loss(m, x, y):
+        if construct == "scan":
+            out, _ = jax.lax.scan(lambda c, xi: (c + jnp.sum(xi @ m.w), None), 0.0, x)
+        elif construct == "cond":
+            out = jax.lax.cond(x[0, 0] > 0, lambda: jnp.sum(x @ m.w), lambda: jnp.sum(x @ m.w) * 2)
+        elif construct == "pjit":
+            out = jax.jit(lambda w, b: jnp.sum(x @ w))(m.w, m.b)  # b enters the call, unused
+        elif construct == "checkpoint":
+            out = jax.checkpoint(lambda w: jnp.sum(x @ w))(m.w)
+        else:
+            out = jnp.sum(square(x @ m.w))
+        return out + 0.0 * jnp.sum(y)
+
+    # `b` is never read: analysed through each construct, it warns; `w` (read inside) never does.
+    with pytest.warns(sm.DeadParamWarning) as record:
+        sm.value_and_grad(loss, Lin.init(), x, y)
+    assert [str(w.message).split("`")[3] for w in record] == ["b"]
+
+
+def test_analysis_runs_once_per_trace(batch, monkeypatch):
+    import shapeml._dead_params as dp
+
+    calls = []
+    real = dp._unread
+    monkeypatch.setattr(dp, "_unread", lambda *a: calls.append(1) or real(*a))
+    dp._CACHE.clear()
+    step = jax.jit(lambda m, x, y: sm.value_and_grad(lin_loss, m, x, y))
+    m = Lin.init()
+    for _ in range(5):
+        step(m, *batch)
+    assert len(calls) == 1
+    for _ in range(3):  # eager calls reuse the analysis of the same signature
+        sm.value_and_grad(lin_loss, m, *batch)
+    assert len(calls) == 1
+    sm.value_and_grad(lin_loss, m, batch[0][:2], batch[1][:2])  # a new signature: analysed anew
+    assert len(calls) == 2

@@ -1,0 +1,493 @@
+"""shapeml.state: Graph, param, state, KVCache, the reference path, index safety, donation."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jaxtyping import Array, Float
+
+import shapeml as sm
+from shapeml.state import (
+    Graph,
+    GraphDeclarationError,
+    KVCache,
+    LoadStateDictError,
+    StateIndexError,
+    StateIndexTypeError,
+    StateNotFoundError,
+    StateWriteError,
+    UnboundParamError,
+    WeightWriteError,
+    param,
+    span,
+    state,
+)
+
+WIDTH = 4
+
+
+class Scale(Graph):
+    """`x * weight`, elementwise, against a weight the graph holds."""
+
+    def __init__(self, weight):
+        self.weight = param(weight)
+
+    def body(self, x):
+        return x * self.weight
+
+
+class Accumulate(Graph):
+    """Adds `x` into row `pos` of a running total and returns the new row."""
+
+    def __init__(self, rows, width, dtype=jnp.float32):
+        self.total = state((rows, width), dtype, name="total")
+        self.traces = 0
+
+    def body(self, x, *, pos):
+        self.traces += 1
+        new = x + self.total[pos]
+        self.total[pos] = new
+        return new
+
+
+class TwoWrites(Graph):
+    """Writes row `pos` and row `pos + 1` (an index computed inside the program) and counts."""
+
+    def __init__(self, rows):
+        self.total = state((rows, WIDTH), name="total")
+        self.calls = state((1,), jnp.int32, name="calls")
+
+    def body(self, x, *, pos):
+        self.calls[0] = self.calls[0] + 1
+        self.total[pos] = x
+        self.total[pos + 1] = x * 2
+        return self.total[pos + 1]
+
+
+def _rows(rng, n, dtype=np.float32):
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-100, 100, (n, WIDTH)).astype(dtype)
+    return rng.standard_normal((n, WIDTH)).astype(dtype)
+
+
+def test_scale_matches_numpy_and_uploads_the_weight_once():
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal(WIDTH).astype(np.float32)
+    g = Scale(w)
+    for x in _rows(rng, 20):
+        np.testing.assert_allclose(np.asarray(g(x)), x * w, rtol=1e-6)
+        np.testing.assert_allclose(g.reference(x), x * w, rtol=1e-6)
+        if g.compile_count == 1 and not hasattr(g, "uploaded"):
+            g.uploaded = g.weight.device
+        assert g.weight.device is g.uploaded  # the same device array, never re-uploaded
+    assert g.compile_count == 1
+    np.testing.assert_array_equal(g.weight.host, w)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_accumulate_matches_numpy_at_many_positions_without_recompiling(dtype):
+    rng = np.random.default_rng(1)
+    g = Accumulate(16, WIDTH, dtype)
+    expect = np.zeros((16, WIDTH), dtype)
+    xs = _rows(rng, 40, dtype)
+    for x, pos in zip(xs, rng.integers(0, 16, 40)):
+        expect[pos] += x
+        got = g(x, pos=int(pos))
+        np.testing.assert_allclose(np.asarray(got), expect[pos], rtol=1e-6)
+    np.testing.assert_allclose(g.read("total"), expect, rtol=1e-6)
+    assert g.compile_count == 1
+    assert g.traces == 1
+
+
+def test_seed_walkthrough_same_row_twice_then_other_rows():
+    g = Accumulate(8, WIDTH)
+    x = np.arange(WIDTH, dtype=np.float32)
+    acc = np.zeros((8, WIDTH), np.float32)
+    for pos in (0, 0, 2, 5):
+        acc[pos] += x
+        np.testing.assert_array_equal(np.asarray(g(x, pos=pos)), acc[pos])
+    np.testing.assert_array_equal(g.total.read(), acc)
+    assert g.compile_count == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int32])
+def test_reference_agrees_with_compiled(dtype):
+    rng = np.random.default_rng(2)
+    g = Accumulate(16, WIDTH, dtype)
+    for x, pos in zip(_rows(rng, 25, dtype), rng.integers(0, 16, 25)):
+        compiled = np.asarray(g(x, pos=pos))
+        eager = g.reference(x, pos=pos)
+        if np.dtype(dtype).kind == "i":
+            np.testing.assert_array_equal(eager, compiled)
+        else:
+            np.testing.assert_allclose(eager, compiled, rtol=1e-6)
+    if np.dtype(dtype).kind == "i":
+        np.testing.assert_array_equal(g.total.host, g.read("total"))
+    else:
+        np.testing.assert_allclose(g.total.host, g.read("total"), rtol=1e-6)
+    assert g.compile_count == 1  # reference never compiles
+
+
+def test_reference_runs_eagerly_and_mirrors_the_state_separately():
+    seen = []
+
+    class Spy(Accumulate):
+        def body(self, x, *, pos):
+            seen.append(isinstance(x, jax.core.Tracer))
+            return super().body(x, pos=pos)
+
+    g = Spy(4, WIDTH)
+    x = np.ones(WIDTH, np.float32)
+    g.reference(x, pos=1)
+    g.reference(x, pos=1)
+    assert seen == [False, False]
+    np.testing.assert_array_equal(g.total.host[1], 2 * x)
+    np.testing.assert_array_equal(g.read("total"), np.zeros((4, WIDTH)))  # device state untouched
+
+
+@pytest.mark.parametrize("pos", [16, 17, 1000, -1])
+@pytest.mark.parametrize("path", ["compiled", "reference"])
+def test_out_of_range_index_raises_naming_state_size_and_index(pos, path):
+    g = Accumulate(16, WIDTH)
+    x = np.ones(WIDTH, np.float32)
+    g(x, pos=3)
+    g.reference(x, pos=3)
+    before, before_host = g.read("total"), g.total.host
+    run = g if path == "compiled" else g.reference
+    with pytest.raises(StateIndexError) as info:
+        run(x, pos=pos)
+    msg = str(info.value)
+    assert "`total`" in msg and "16" in msg and f"pos={pos}" in msg and "E1401" in msg
+    np.testing.assert_array_equal(g.read("total"), before)
+    np.testing.assert_array_equal(g.total.host, before_host)
+    assert isinstance(info.value, IndexError)
+
+
+def test_computed_index_out_of_range_raises_after_the_call_and_changes_nothing():
+    g = TwoWrites(8)
+    x = np.ones(WIDTH, np.float32)
+    np.testing.assert_array_equal(np.asarray(g(x, pos=6)), 2 * x)  # rows 6 and 7
+    before = g.read("total")
+    with pytest.raises(StateIndexError, match=r"`total`.*size 8.*index 8"):
+        g(x * 5, pos=7)  # pos + 1 == 8: JAX would clamp it to row 7
+    np.testing.assert_array_equal(g.read("total"), before)  # not even row 7 changed
+    np.testing.assert_array_equal(g.read("calls"), [1])  # the other state's write was gated too
+    with pytest.raises(StateIndexError, match="index 8"):
+        g.reference(x * 5, pos=7)
+    np.testing.assert_array_equal(g.total.host, np.zeros((8, WIDTH)))
+    assert g.compile_count == 1
+
+
+def test_wrong_shape_and_dtype_writes_raise_at_trace_time_naming_the_state():
+    class BadShape(Accumulate):
+        def body(self, x, *, pos):
+            self.total[pos] = jnp.concatenate([x, x])
+
+    class BadDtype(Accumulate):
+        def body(self, x, *, pos):
+            self.total[pos] = x.astype(jnp.int32)
+
+    x = np.ones(WIDTH, np.float32)
+    with pytest.raises(StateWriteError, match=r"`total`.*shape \(4,\).*shape \(8,\)"):
+        BadShape(4, WIDTH)(x, pos=0)
+    with pytest.raises(StateWriteError, match=r"`total`.*float32.*int32"):
+        BadDtype(4, WIDTH)(x, pos=0)
+    with pytest.raises(StateWriteError, match="`total`"):
+        BadShape(4, WIDTH).reference(x, pos=0)
+
+
+def test_invalid_indices_are_type_errors():
+    class FloatIndex(Accumulate):
+        def body(self, x, *, pos):
+            return self.total[pos * 0.5]
+
+    with pytest.raises(StateIndexTypeError, match="`total`"):
+        FloatIndex(4, WIDTH)(np.ones(WIDTH, np.float32), pos=1)
+    with pytest.raises(StateIndexTypeError, match="integer scalar"):
+        Accumulate(4, WIDTH)(np.ones(WIDTH, np.float32), pos=np.arange(2))
+
+
+def test_state_survives_calls_and_reset_zeroes_it():
+    g = TwoWrites(8)
+    x = np.ones(WIDTH, np.float32)
+    g(x, pos=0)
+    g(x, pos=4)
+    g.reference(x, pos=2)
+    np.testing.assert_array_equal(g.read("calls"), [2])
+    g.reset("calls")
+    np.testing.assert_array_equal(g.read("calls"), [0])
+    assert g.read("total")[5, 0] == 2
+    g.reset()
+    np.testing.assert_array_equal(g.read("total"), np.zeros((8, WIDTH)))
+    np.testing.assert_array_equal(g.total.host, np.zeros((8, WIDTH)))
+    g(x, pos=1)
+    np.testing.assert_array_equal(g.read("calls"), [1])
+    assert g.compile_count == 1
+
+
+def test_state_is_updated_in_place_through_donation():
+    g = Accumulate(1024, WIDTH)
+    x = np.ones(WIDTH, np.float32)
+    g(x, pos=0)
+    old = g.total.device
+    pointer = old.unsafe_buffer_pointer()
+    for pos in range(5):
+        g(x, pos=pos)
+        assert g.total.device.unsafe_buffer_pointer() == pointer
+    assert old.is_deleted()
+
+
+def test_read_returns_a_copy_that_later_calls_do_not_change():
+    g = Accumulate(4, WIDTH)
+    x = np.ones(WIDTH, np.float32)
+    g(x, pos=0)
+    snapshot = g.read("total")
+    g(x, pos=0)
+    np.testing.assert_array_equal(snapshot[0], x)
+    np.testing.assert_array_equal(g.read("total")[0], 2 * x)
+
+
+def test_unknown_names_suggest_the_near_miss():
+    g = Accumulate(4, WIDTH)
+    with pytest.raises(StateNotFoundError, match="similar name exists: `total`"):
+        g.read("totl")
+    with pytest.raises(AttributeError, match="`total`"):
+        _ = g.totl
+
+
+def test_whole_state_assignment_set_and_span():
+    class Window(Graph):
+        def __init__(self):
+            self.buf = state((8, 2), name="buf")
+            self.last = state((2,), name="last")
+
+        def body(self, x, *, pos):
+            self.buf[span(pos, 3)] = x
+            self.last = x[-1]
+            self.buf.set(self.buf.value * 2)
+            return self.buf[span(pos, 3)]
+
+    g = Window()
+    x = np.arange(6, dtype=np.float32).reshape(3, 2)
+    np.testing.assert_array_equal(np.asarray(g(x, pos=2)), 2 * x)
+    expect = np.zeros((8, 2), np.float32)
+    expect[2:5] = 2 * x
+    np.testing.assert_array_equal(g.read("buf"), expect)
+    np.testing.assert_array_equal(g.read("last"), x[-1])
+    with pytest.raises(StateIndexError, match=r"span of 3 starting at pos=6"):
+        g(x, pos=6)
+    np.testing.assert_array_equal(g.reference(x, pos=2), 2 * x)
+
+
+def test_weights_are_read_only_and_declarations_close_at_first_call():
+    class Writes(Scale):
+        def body(self, x):
+            self.weight = x
+            return x
+
+    g = Writes(np.ones(WIDTH, np.float32))
+    with pytest.raises(WeightWriteError, match="`weight`"):
+        g(np.ones(WIDTH, np.float32))
+    h = Accumulate(4, WIDTH)
+    h(np.ones(WIDTH, np.float32), pos=0)
+    with pytest.raises(GraphDeclarationError, match="after the graph was first called"):
+        h.extra = state((2,))
+    with pytest.raises(GraphDeclarationError, match="cannot be reassigned"):
+        h.total = np.zeros((4, WIDTH))
+
+
+class Linear(Graph):
+    """`x @ w + b` with both weights declared by shape and bound by `load_state_dict`."""
+
+    def __init__(self):
+        self.w = param((3, 2))
+        self.b = param((2,))
+
+    def body(self, x):
+        return x @ self.w + self.b
+
+
+def test_load_state_dict_binds_weights_declared_by_shape():
+    g = Linear()
+    with pytest.raises(UnboundParamError, match="`w`"):
+        g(np.ones(3, np.float32))
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((3, 2)), rng.standard_normal(2)
+    g.load_state_dict({"w": w, "b": b})  # float64 is cast to the declared float32
+    x = rng.standard_normal(3).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(g(x)), x @ w + b, rtol=1e-5)
+    g.load_state_dict({"w": 2 * w, "b": b})
+    np.testing.assert_allclose(np.asarray(g(x)), x @ (2 * w) + b, rtol=1e-5)
+    assert g.compile_count == 1
+    assert set(g.state_dict()) == {"w", "b"}
+
+
+def test_load_state_dict_lists_every_problem_at_once_and_loads_nothing():
+    g = Linear()
+    g.load_state_dict({"w": np.ones((3, 2)), "b": np.ones(2)})
+    with pytest.raises(LoadStateDictError) as info:
+        g.load_state_dict({"W": np.zeros((3, 2)), "b": np.zeros(3), "bias": np.zeros(2)})
+    msg = str(info.value)
+    assert "missing weight `w`" in msg
+    assert "unexpected key `W`" in msg and "similar name exists: `w`" in msg
+    assert "unexpected key `bias`" in msg
+    assert "`b` has shape (3,), expected (2,)" in msg
+    assert "4 problem" in msg
+    np.testing.assert_array_equal(g.state_dict()["b"], np.ones(2))  # nothing was loaded
+    with pytest.raises(LoadStateDictError, match="another kind"):
+        g.load_state_dict({"w": np.ones((3, 2)), "b": np.array([True, False])})
+
+
+class Net(sm.Model):
+    dims = sm.Dims(D=4, F=6)
+    w1: Float[Array, "D F"] = sm.param(sm.normal(std=0.5))
+    w2: Float[Array, "F D"] = sm.param(sm.normal(std=0.5))
+
+
+class ModelGraph(Graph):
+    def __init__(self, model):
+        self.model = param(model)
+
+    def body(self, x):
+        return jax.nn.relu(x @ self.model.w1) @ self.model.w2
+
+
+def test_an_sm_model_serves_as_the_graph_weights():
+    m = Net.init(seed=0)
+    g = ModelGraph(m)
+    x = np.random.default_rng(4).standard_normal((2, 4)).astype(np.float32)
+    w1, w2 = np.asarray(m.w1), np.asarray(m.w2)
+    expect = np.maximum(x @ w1, 0) @ w2
+    np.testing.assert_allclose(np.asarray(g(x)), expect, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(g.reference(x), expect, rtol=1e-5, atol=1e-6)
+    assert set(g.state_dict()) == {"model.w1", "model.w2"}
+    g.load_state_dict({"model.w1": -w1, "model.w2": w2})
+    np.testing.assert_allclose(np.asarray(g(x)), np.maximum(x @ -w1, 0) @ w2, rtol=1e-5, atol=1e-6)
+    assert g.compile_count == 1
+    with pytest.raises(LoadStateDictError, match="similar name exists: `model.w1`"):
+        g.load_state_dict({"model.w_1": w1, "model.w2": w2})
+
+
+def test_kvcache_write_and_read_match_numpy():
+    rng = np.random.default_rng(5)
+    cache = KVCache(layers=2, ctx=6, heads=2, head_dim=3, batch=2)
+    ref_k = np.zeros((2, 2, 6, 2, 3), np.float32)
+    ref_v = np.zeros_like(ref_k)
+    write = jax.jit(lambda c, layer, p, k, v: c.write(layer, p, k, v), static_argnums=1)
+    for layer, pos in [(0, 0), (1, 0), (0, 1), (0, 2), (1, 5)]:
+        k = rng.standard_normal((2, 2, 3)).astype(np.float32)
+        v = rng.standard_normal((2, 2, 3)).astype(np.float32)
+        cache = write(cache, layer, pos, jnp.asarray(k), jnp.asarray(v))
+        ref_k[layer, :, pos], ref_v[layer, :, pos] = k, v
+    np.testing.assert_array_equal(np.asarray(cache.k), ref_k)
+    np.testing.assert_array_equal(np.asarray(cache.v), ref_v)
+    keys, values, mask = cache.read(0, 2)
+    np.testing.assert_array_equal(np.asarray(keys), ref_k[0])
+    np.testing.assert_array_equal(np.asarray(values), ref_v[0])
+    np.testing.assert_array_equal(np.asarray(mask), [[True, True, True, False, False, False]])
+    span_k = jnp.asarray(rng.standard_normal((2, 3, 2, 3)), jnp.float32)
+    cache = cache.write(1, 1, span_k, span_k)  # three positions at once (a prefill)
+    np.testing.assert_array_equal(np.asarray(cache.k[1, :, 1:4]), span_k)
+    np.testing.assert_array_equal(
+        np.asarray(cache.mask(1, 3)), np.arange(6)[None] <= 1 + np.arange(3)[:, None]
+    )
+
+
+def test_kvcache_refuses_bad_positions_and_shapes():
+    cache = KVCache(layers=1, ctx=4, heads=1, head_dim=2)
+    kv = jnp.ones((1, 1, 2))
+    for pos in (4, -1):
+        with pytest.raises(StateIndexError, match=r"KVCache positions.*size 4"):
+            cache.write(0, pos, kv, kv)
+    with pytest.raises(StateIndexError, match="KVCache layers"):
+        cache.write(1, 0, kv, kv)
+    with pytest.raises(StateWriteError, match="heads=1"):
+        cache.write(0, 0, jnp.ones((1, 2, 2)), jnp.ones((1, 2, 2)))
+    with pytest.raises(StateWriteError, match="float32"):
+        cache.write(0, 0, kv.astype(jnp.float16), kv.astype(jnp.float16))
+    # Inside a plain jit the position is traced: the program fails instead of clamping.
+    write = jax.jit(lambda c, p: c.write(0, p, kv, kv).k)
+    np.testing.assert_array_equal(np.asarray(write(cache, 3))[0, 0, :, 0, 0], [0, 0, 0, 1])
+    with pytest.raises(jax.errors.JaxRuntimeError, match="E1401"):
+        jax.block_until_ready(write(cache, 4))
+
+
+def test_kvcache_as_graph_state_counts_positions_without_recompiling():
+    class Echo(Graph):
+        def __init__(self):
+            self.cache = state(KVCache(1, 5, 1, 2, name="cache"), name="cache")
+
+        def body(self, k, *, pos):
+            self.cache = self.cache.write(0, pos, k, -k)
+            keys, _, mask = self.cache.read(0, pos)
+            return jnp.sum(jnp.where(mask[0][None, :, None, None], keys, 0.0))
+
+    g = Echo()
+    k = np.ones((1, 1, 2), np.float32)
+    assert [float(g(k * (p + 1), pos=p)) for p in range(5)] == [2, 6, 12, 20, 30]
+    assert g.compile_count == 1
+    cache = g.read("cache")
+    np.testing.assert_array_equal(cache.v[0, 0, :, 0, 0], -np.arange(1, 6))
+    with pytest.raises(StateIndexError, match="cache positions.*pos=5"):
+        g(k, pos=5)
+    np.testing.assert_array_equal(g.read("cache").k, cache.k)
+    assert float(g.reference(k, pos=0)) == 2
+    assert set(g.state_dict()) == {"cache.k", "cache.v"}
+
+
+def test_read_only_state_and_traced_calls():
+    class Peek(Graph):
+        def __init__(self):
+            self.table = state((4, 2), name="table")
+
+        def body(self, *, pos):
+            return self.table[pos]
+
+    g = Peek()
+    g.load_state_dict({"table": np.arange(8).reshape(4, 2)})  # a state may be loaded too
+    pointer = g.table.device.unsafe_buffer_pointer()
+    np.testing.assert_array_equal(np.asarray(g(pos=2)), [4, 5])
+    np.testing.assert_array_equal(g.reference(pos=3), [6, 7])
+    assert g.table.device.unsafe_buffer_pointer() == pointer
+    with pytest.raises(sm.state.GraphInputError, match="traced inputs"):
+        jax.jit(lambda p: g(pos=p))(1)
+    assert "clamps" in sm.explain("E1401").explanation
+
+
+def test_assume_in_bounds_drops_in_program_checks_only():
+    cache = KVCache(layers=1, ctx=4, heads=1, head_dim=2)
+    kv = jnp.ones((1, 1, 2))
+
+    def write(c, p):
+        return c.write(0, p, kv, kv).k
+
+    def trusted(c, p):
+        with sm.state.assume_in_bounds():
+            return write(c, p)
+
+    assert "callback" in jax.jit(write).lower(cache, 1).as_text()
+    assert "callback" not in jax.jit(trusted).lower(cache, 1).as_text()
+    np.testing.assert_array_equal(jax.jit(trusted)(cache, 1), write(cache, 1))
+    with sm.state.assume_in_bounds(), pytest.raises(StateIndexError):
+        cache.write(0, 4, kv, kv)  # a concrete position is still checked
+
+
+def test_missing_body_and_bad_declarations_are_explained():
+    class NoBody(Graph):
+        def __init__(self):
+            self.total = state((2, 2))
+
+    with pytest.raises(sm.state.GraphBodyError, match="does not define body"):
+        NoBody()(pos=0)
+    with pytest.raises(GraphDeclarationError, match="not a tuple of non-negative ints"):
+        state((2, -1))
+
+    class Twice(Graph):
+        def __init__(self):
+            self.a = state((2,), name="x")
+            self.b = state((2,), name="x")
+
+    with pytest.raises(GraphDeclarationError, match="declares the name `x` twice"):
+        Twice()
