@@ -9,7 +9,9 @@ from collections.abc import Callable
 import jax
 
 
-def median_us(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 7, number: int = 50) -> float:
+def median_us(
+    fn: Callable[[], object], *, warmup: int = 5, repeats: int = 7, number: int = 50
+) -> float:
     """Median over `repeats` rounds of the mean time of `number` calls, in microseconds."""
     for _ in range(warmup):
         jax.block_until_ready(fn())
@@ -23,7 +25,9 @@ def median_us(fn: Callable[[], object], *, warmup: int = 5, repeats: int = 7, nu
     return statistics.median(rounds)
 
 
-def interleaved(fns: dict[str, Callable[[], object]], *, rounds: int = 9, number: int = 50) -> dict[str, float]:
+def interleaved(
+    fns: dict[str, Callable[[], object]], *, rounds: int = 9, number: int = 50
+) -> dict[str, float]:
     """Median per-call microseconds of each function, measured in alternating rounds so that
     machine noise affects every contender alike."""
     for fn in fns.values():

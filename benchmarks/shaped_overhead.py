@@ -24,9 +24,12 @@ def main() -> None:
     plain = inspect.unwrap(spotter.forward)  # the same function without the shape check
     shaped_fwd = jax.jit(spotter.forward)
     plain_fwd = jax.jit(plain)
-    t = interleaved({"shaped": lambda: shaped_fwd(m, img), "plain": lambda: plain_fwd(m, img)},
-                    number=200)
-    print(f"jit(@sm.shaped forward): {t['shaped']:.1f} us/call, jit(forward): {t['plain']:.1f} us/call")
+    t = interleaved(
+        {"shaped": lambda: shaped_fwd(m, img), "plain": lambda: plain_fwd(m, img)}, number=200
+    )
+    print(
+        f"jit(@sm.shaped forward): {t['shaped']:.1f} us/call, jit(forward): {t['plain']:.1f} us/call"
+    )
     print(f"shaped_overhead: ratio={t['shaped'] / t['plain']:.3f} (budget 1.05)")
 
 

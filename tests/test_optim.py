@@ -71,23 +71,34 @@ def run_optax(tx, m, steps):
 
 SCHEDULE = optim.warmup(5, optim.cosine(0.05, 15))
 OPTAX_SCHEDULE = optax.join_schedules(
-    [optax.linear_schedule(0.0, 0.05, 5), optax.cosine_decay_schedule(0.05, 15)], [5])
+    [optax.linear_schedule(0.0, 0.05, 5), optax.cosine_decay_schedule(0.05, 15)], [5]
+)
 
 
 @pytest.mark.parametrize(
     "ours, theirs",
     [
-        (lambda m: optim.adamw(m, lr=SCHEDULE, weight_decay=0.1),
-         optax.adamw(OPTAX_SCHEDULE, weight_decay=0.1)),
-        (lambda m: optim.adamw(m, lr=3e-2, b1=0.8, b2=0.99, eps=1e-6),
-         optax.adamw(3e-2, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.01)),
+        (
+            lambda m: optim.adamw(m, lr=SCHEDULE, weight_decay=0.1),
+            optax.adamw(OPTAX_SCHEDULE, weight_decay=0.1),
+        ),
+        (
+            lambda m: optim.adamw(m, lr=3e-2, b1=0.8, b2=0.99, eps=1e-6),
+            optax.adamw(3e-2, b1=0.8, b2=0.99, eps=1e-6, weight_decay=0.01),
+        ),
         (lambda m: optim.sgd(m, lr=0.1), optax.sgd(0.1)),
-        (lambda m: optim.sgd(m, lr=SCHEDULE, momentum=0.9, nesterov=True),
-         optax.sgd(OPTAX_SCHEDULE, momentum=0.9, nesterov=True)),
-        (lambda m: optim.sgd(m, lr=0.1, momentum=0.5, weight_decay=0.01),
-         optax.chain(optax.add_decayed_weights(0.01), optax.sgd(0.1, momentum=0.5))),
-        (lambda m: optim.adamw(m, lr=0.01, transforms=[optim.clip_norm(0.1)]),
-         optax.chain(optax.clip_by_global_norm(0.1), optax.adamw(0.01, weight_decay=0.01))),
+        (
+            lambda m: optim.sgd(m, lr=SCHEDULE, momentum=0.9, nesterov=True),
+            optax.sgd(OPTAX_SCHEDULE, momentum=0.9, nesterov=True),
+        ),
+        (
+            lambda m: optim.sgd(m, lr=0.1, momentum=0.5, weight_decay=0.01),
+            optax.chain(optax.add_decayed_weights(0.01), optax.sgd(0.1, momentum=0.5)),
+        ),
+        (
+            lambda m: optim.adamw(m, lr=0.01, transforms=[optim.clip_norm(0.1)]),
+            optax.chain(optax.clip_by_global_norm(0.1), optax.adamw(0.01, weight_decay=0.01)),
+        ),
     ],
 )
 def test_matches_optax_applied_by_hand_for_20_steps(ours, theirs):
@@ -105,13 +116,16 @@ def test_schedules_match_their_formulas_at_every_step():
     expected_cos = 3e-3 * 0.5 * (1 + np.cos(np.pi * np.minimum(t, 100) / 100))
     np.testing.assert_allclose(cos(jnp.asarray(t)), expected_cos, rtol=1e-5, atol=1e-9)
     w = optim.warmup(20, cos)
-    expected = np.where(t < 20, cos(0) * t / 20,
-                        3e-3 * 0.5 * (1 + np.cos(np.pi * np.minimum(t - 20, 100) / 100)))
+    expected = np.where(
+        t < 20, cos(0) * t / 20, 3e-3 * 0.5 * (1 + np.cos(np.pi * np.minimum(t - 20, 100) / 100))
+    )
     np.testing.assert_allclose(w(jnp.asarray(t)), expected, rtol=1e-5, atol=1e-9)
     assert [float(w(i)) for i in (0, 10)] == [0.0, pytest.approx(1.5e-3)]
     np.testing.assert_allclose(optim.constant(0.3)(jnp.arange(4)), [0.3] * 4, rtol=1e-7)
     assert repr(w) == "warmup(20, cosine(0.003, 100))"
-    assert optim.warmup(3, 0.1)(jnp.arange(5)).tolist() == pytest.approx([0, 0.1 / 3, 0.2 / 3, 0.1, 0.1])
+    assert optim.warmup(3, 0.1)(jnp.arange(5)).tolist() == pytest.approx(
+        [0, 0.1 / 3, 0.2 / 3, 0.1, 0.1]
+    )
 
 
 def test_clip_norm_matches_optax():

@@ -27,14 +27,27 @@ def small_data():
 
 def make(steps=40):
     m = Spotter.init(seed=0)
-    return m, optim.adamw(m, lr=optim.warmup(5, optim.cosine(3e-3, steps)),
-                          transforms=[optim.clip_norm(1.0)], skip_nonfinite=True)
+    return m, optim.adamw(
+        m,
+        lr=optim.warmup(5, optim.cosine(3e-3, steps)),
+        transforms=[optim.clip_norm(1.0)],
+        skip_nonfinite=True,
+    )
 
 
 def test_loss_falls_and_history_is_logged(small_data, capsys):
     m, opt = make()
-    result = train(spotter_loss, m, opt, batches(*small_data, batch_size=32), steps=40,
-                   has_aux=True, log_every=10, eval_fn=lambda m: {"eval": 1.0}, eval_every=20)
+    result = train(
+        spotter_loss,
+        m,
+        opt,
+        batches(*small_data, batch_size=32),
+        steps=40,
+        has_aux=True,
+        log_every=10,
+        eval_fn=lambda m: {"eval": 1.0},
+        eval_every=20,
+    )
     losses = [h["loss"] for h in result.history if "loss" in h]
     assert len(losses) == 4 and losses[-1] < losses[0]
     assert {"step": 20, "eval": 1.0} in result.history and result.skipped == 0
@@ -54,13 +67,34 @@ def test_step_compiles_once_and_donates(small_data):
 
 
 def test_resume_equals_uninterrupted_run(small_data, tmp_path):
-    straight = train(spotter_loss, *make(), batches(*small_data, batch_size=32), steps=40,
-                     has_aux=True, progress=False)
+    straight = train(
+        spotter_loss,
+        *make(),
+        batches(*small_data, batch_size=32),
+        steps=40,
+        has_aux=True,
+        progress=False,
+    )
     ckpt = tmp_path / "run.safetensors"
-    train(spotter_loss, *make(), batches(*small_data, batch_size=32), steps=20, has_aux=True,
-          checkpoint=ckpt, progress=False)
-    resumed = train(spotter_loss, *make(), batches(*small_data, batch_size=32), steps=40,
-                    has_aux=True, checkpoint=ckpt, resume=True, progress=False)
+    train(
+        spotter_loss,
+        *make(),
+        batches(*small_data, batch_size=32),
+        steps=20,
+        has_aux=True,
+        checkpoint=ckpt,
+        progress=False,
+    )
+    resumed = train(
+        spotter_loss,
+        *make(),
+        batches(*small_data, batch_size=32),
+        steps=40,
+        has_aux=True,
+        checkpoint=ckpt,
+        resume=True,
+        progress=False,
+    )
     for a, b in zip(jax.tree.leaves(resumed.model), jax.tree.leaves(straight.model)):
         np.testing.assert_array_equal(a, b)
     assert int(resumed.opt.step) == 40
@@ -80,8 +114,17 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(small_data, tmp
 
     ckpt = tmp_path / "good.safetensors"
     with pytest.raises(FloatingPointError, match="E1701") as e:
-        train(loss, *make(), data(), steps=40, has_aux=True, checkpoint=ckpt,
-              checkpoint_every=10, log_every=5, progress=False)
+        train(
+            loss,
+            *make(),
+            data(),
+            steps=40,
+            has_aux=True,
+            checkpoint=ckpt,
+            checkpoint_every=10,
+            log_every=5,
+            progress=False,
+        )
     assert "the loss is nan at step 25" in str(e.value)
     assert f"last good checkpoint is `{ckpt}` (step 20)" in str(e.value)
     m, opt = sm.load_checkpoint(ckpt, Spotter)
@@ -112,8 +155,11 @@ def test_data_parallel_equals_single_device(tmp_path):
         """
     )
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    res = json.loads(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                                    text=True, check=True).stdout)
+    res = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
     assert res["devices"] == 2 and "NamedSharding" in res["sharding"]
     for a, b in zip(res["None"], res["2"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -122,21 +168,49 @@ def test_data_parallel_equals_single_device(tmp_path):
 def test_cli_train_and_eval_end_to_end(tmp_path):
     out = tmp_path / "spotter.safetensors"
     run = subprocess.run(
-        [sys.executable, "-m", "shapeml.cli", "train", "--steps", "30", "--train-size", "256",
-         "--test-size", "64", "--out", str(out), "--checkpoint", str(tmp_path / "ck.safetensors"),
-         "--checkpoint-every", "10"],
-        capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-m",
+            "shapeml.cli",
+            "train",
+            "--steps",
+            "30",
+            "--train-size",
+            "256",
+            "--test-size",
+            "64",
+            "--out",
+            str(out),
+            "--checkpoint",
+            str(tmp_path / "ck.safetensors"),
+            "--checkpoint-every",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert "held-out accuracy:" in run.stdout and "confusion (rows: true" in run.stdout
     assert "30/30" in run.stderr  # tqdm progress bar
     assert out.exists() and (tmp_path / "ck.safetensors").exists()
-    ev = subprocess.run([sys.executable, "-m", "shapeml.cli", "eval", str(out), "--test-size", "64"],
-                        capture_output=True, text=True, check=True)
+    ev = subprocess.run(
+        [sys.executable, "-m", "shapeml.cli", "eval", str(out), "--test-size", "64"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert ev.stdout.splitlines()[0].startswith("held-out accuracy:")
-    bad = subprocess.run([sys.executable, "-m", "shapeml.cli", "eval", str(tmp_path / "none")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "shapeml.cli", "eval", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "E1304" in bad.stderr
-    helped = subprocess.run([sys.executable, "-m", "shapeml.cli", "train", "--help"],
-                            capture_output=True, text=True, check=True).stdout
+    helped = subprocess.run(
+        [sys.executable, "-m", "shapeml.cli", "train", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for flag in ("--steps", "--batch-size", "--lr", "--devices", "--checkpoint", "--resume"):
         assert flag in helped

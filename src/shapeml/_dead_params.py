@@ -22,8 +22,11 @@ from ._errors import ShapemlError, ShapemlWarning
 __all__ = ["DeadParamWarning", "NoParamsReadError", "check_reads"]
 
 
-class DeadParamWarning(ShapemlWarning, code="W1101", title="param never read by the loss",
-                       explanation="""
+class DeadParamWarning(
+    ShapemlWarning,
+    code="W1101",
+    title="param never read by the loss",
+    explanation="""
 `value_and_grad(loss, m, ...)` found a param that the loss never reads (or reads only through
 `stop_gradient`), so its gradient is always zero and training never changes it. This is often a
 forgotten layer: a forward that mixes channels but forgets to mix tokens leaves `tw1` and `tw2`
@@ -32,17 +35,23 @@ unread.
 Use the param in the forward, remove it, or declare it with `sm.buffer` if it is not meant to be
 trained. To silence the warning deliberately:
 `warnings.filterwarnings("ignore", category=sm.DeadParamWarning)`.
-"""):
+""",
+):
     pass
 
 
-class NoParamsReadError(ShapemlError, ValueError, code="E1101", title="loss reads no param",
-                        explanation="""
+class NoParamsReadError(
+    ShapemlError,
+    ValueError,
+    code="E1101",
+    title="loss reads no param",
+    explanation="""
 `value_and_grad(loss, m, ...)` found that the loss does not depend on any param of the model, so
 every gradient would be zero. Check that the loss calls the model's forward with the model it was
 given (not a model captured from an outer scope), and that its value is not cut off from the params
 by `stop_gradient`.
-"""):
+""",
+):
     pass
 
 

@@ -24,23 +24,33 @@ from .models._introspect import param_mask
 __all__ = ["Grad", "GradMismatchError", "grad", "norm", "split_params", "value_and_grad"]
 
 
-class GradMismatchError(ShapemlError, TypeError, code="E1104", title="gradients of different models",
-                        explanation="""
+class GradMismatchError(
+    ShapemlError,
+    TypeError,
+    code="E1104",
+    title="gradients of different models",
+    explanation="""
 Two gradients were combined (`g + h`, `g * h`) that belong to different model classes, or whose
 params differ in shape (models built with other dims). Gradients combine only with a gradient of the
 same model and dims, or with a number:
 
     g_total = g_batch1 + g_batch2      # both Grad[Spotter]
     g_half = g * 0.5
-"""):
+""",
+):
     pass
 
 
-class BufferGradError(ShapemlError, AttributeError, code="E1105", title="buffers have no gradient",
-                      explanation="""
+class BufferGradError(
+    ShapemlError,
+    AttributeError,
+    code="E1105",
+    title="buffers have no gradient",
+    explanation="""
 Code read a buffer's field on a gradient (`g.center`). Buffers are saved with the model but never
 trained, so `Grad[M]` holds params only. Make the field a `sm.param` if it should be trained.
-"""):
+""",
+):
     pass
 
 
@@ -65,8 +75,11 @@ class Grad(eqx.Module):
     def for_model(cls, model_class: type) -> type[Grad]:
         if not (isinstance(model_class, type) and issubclass(model_class, Model)):
             raise TypeError(f"Grad[...] takes an sm.Model class, got {model_class!r}")
-        return type(f"Grad[{model_class.__name__}]", (Grad,),
-                    {"model_class": model_class, "__module__": __name__})
+        return type(
+            f"Grad[{model_class.__name__}]",
+            (Grad,),
+            {"model_class": model_class, "__module__": __name__},
+        )
 
     def __class_getitem__(cls, model_class: type) -> type[Grad]:
         return Grad.for_model(model_class)
@@ -98,8 +111,10 @@ class Grad(eqx.Module):
     def __getitem__(self, name: str) -> jax.Array:
         named = self.named()
         if name not in named:
-            raise KeyError(f"no param `{name}` in {type(self).__name__}"
-                           + (f"; {hint}" if (hint := similar(name, named, what='param')) else ""))
+            raise KeyError(
+                f"no param `{name}` in {type(self).__name__}"
+                + (f"; {hint}" if (hint := similar(name, named, what="param")) else "")
+            )
         return named[name]
 
     def _as_model(self) -> Model:

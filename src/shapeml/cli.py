@@ -6,12 +6,15 @@ import argparse
 import os
 import sys
 
-from ._errors import ShapemlError, explain, registry
+from ._errors import ShapemlError, errors_markdown, explain, registry
 
 __all__ = ["main"]
 
 
 def _explain(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(errors_markdown(), end="")
+        return 0
     if args.list or not args.code:
         for code, e in registry().items():
             print(f"{code}  {e.title}")
@@ -38,14 +41,26 @@ def _train(args: argparse.Namespace) -> int:
     from .training._spotter import format_report, train_spotter
 
     result, report = train_spotter(
-        steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup=args.warmup,
-        clip=args.clip, seed=args.seed, train_size=args.train_size, test_size=args.test_size,
-        devices=args.devices, out=args.out, checkpoint=args.checkpoint,
-        checkpoint_every=args.checkpoint_every, resume=args.resume, progress=not args.no_progress,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup=args.warmup,
+        clip=args.clip,
+        seed=args.seed,
+        train_size=args.train_size,
+        test_size=args.test_size,
+        devices=args.devices,
+        out=args.out,
+        checkpoint=args.checkpoint,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        progress=not args.no_progress,
     )
     last = next((h for h in reversed(result.history) if "loss" in h), {})
-    print(f"trained {args.steps} steps: final loss {last.get('loss', float('nan')):.4f}, "
-          f"skipped steps (non-finite gradients): {result.skipped}")
+    print(
+        f"trained {args.steps} steps: final loss {last.get('loss', float('nan')):.4f}, "
+        f"skipped steps (non-finite gradients): {result.skipped}"
+    )
     print(format_report(report))
     if args.out:
         print(f"saved the model to {args.out}")
@@ -68,10 +83,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("explain", help="print the long explanation of an error or warning code")
     p.add_argument("code", nargs="?", help="a code such as E0901 or W1101")
     p.add_argument("--list", action="store_true", help="list every code with its title")
+    p.add_argument(
+        "--markdown",
+        action="store_true",
+        help="print every code's long form as Markdown (the source of docs/errors.md)",
+    )
     p.set_defaults(func=_explain)
 
     p = sub.add_parser(
-        "train", help="train the Spotter on the built-in shapes data set",
+        "train",
+        help="train the Spotter on the built-in shapes data set",
         description="Train the Spotter (an MLP-mixer) on generated 16x16 shapes with AdamW, "
         "warmup + cosine learning rate and gradient clipping; print the held-out per-class "
         "accuracy and confusion matrix, and save the model.",
@@ -84,21 +105,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of the data and the init (default 0)")
     p.add_argument("--train-size", type=int, default=20_000, help="training images (default 20000)")
     p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
-    p.add_argument("--devices", type=int, default=None,
-                   help="shard each batch across N devices (data parallel; on CPU, N host devices)")
-    p.add_argument("--out", default="spotter.safetensors",
-                   help="where to save the trained model (default spotter.safetensors)")
-    p.add_argument("--checkpoint", default=None,
-                   help="checkpoint path (model + optimizer), written periodically and at the end")
-    p.add_argument("--checkpoint-every", type=int, default=500,
-                   help="steps between checkpoints (default 500)")
+    p.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        help="shard each batch across N devices (data parallel; on CPU, N host devices)",
+    )
+    p.add_argument(
+        "--out",
+        default="spotter.safetensors",
+        help="where to save the trained model (default spotter.safetensors)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="checkpoint path (model + optimizer), written periodically and at the end",
+    )
+    p.add_argument(
+        "--checkpoint-every", type=int, default=500, help="steps between checkpoints (default 500)"
+    )
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint if it exists")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_train)
 
-    p = sub.add_parser("eval", help="evaluate a saved Spotter on held-out shapes",
-                       description="Load a Spotter saved by `shapeml train` and print its held-out "
-                       "accuracy, per-class accuracy and confusion matrix.")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a saved Spotter on held-out shapes",
+        description="Load a Spotter saved by `shapeml train` and print its held-out "
+        "accuracy, per-class accuracy and confusion matrix.",
+    )
     p.add_argument("path", help="a model file written by `shapeml train` (or sm.save)")
     p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
     p.set_defaults(func=_eval)

@@ -253,17 +253,23 @@ def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarra
     for k in arrays:
         if k not in expected:
             hint = similar(k, missing, what="missing entry")
-            problems.append(f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
-                            + (f" ({hint})" if hint else ""))
+            problems.append(
+                f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
+                + (f" ({hint})" if hint else "")
+            )
     for k, (shape, dtype) in expected.items():
         if k in arrays:
             a = arrays[k]
             if tuple(a.shape) != tuple(shape):
-                problems.append(f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
-                                f"file has {_fmt(a.shape, a.dtype)}")
+                problems.append(
+                    f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
+                    f"file has {_fmt(a.shape, a.dtype)}"
+                )
             elif np.dtype(a.dtype) != np.dtype(dtype):
-                problems.append(f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
-                                f"file has {np.dtype(a.dtype).name}")
+                problems.append(
+                    f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
+                    f"file has {np.dtype(a.dtype).name}"
+                )
     return problems
 
 

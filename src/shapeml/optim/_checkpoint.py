@@ -75,14 +75,20 @@ def _rebuild(m: Model, cfg: dict) -> Optimizer:
             fix="build the optimizer as in training and pass it: load_checkpoint(path, M, like=opt)",
         )
     transforms = [clip_norm(t["max_norm"]) for t in cfg["transforms"]]
-    common = dict(lr=from_config(cfg["lr"]), transforms=transforms,
-                  skip_nonfinite=cfg["skip_nonfinite"], weight_decay=cfg["weight_decay"])
+    common = dict(
+        lr=from_config(cfg["lr"]),
+        transforms=transforms,
+        skip_nonfinite=cfg["skip_nonfinite"],
+        weight_decay=cfg["weight_decay"],
+    )
     if kind == "adamw":
         return adamw(m, b1=cfg["b1"], b2=cfg["b2"], eps=cfg["eps"], **common)
     if kind == "sgd":
         return sgd(m, momentum=cfg["momentum"], nesterov=cfg["nesterov"], **common)
-    raise CheckpointError(f"unknown optimizer kind {kind!r} in the checkpoint",
-                          fix="re-save it with sm.save_checkpoint")
+    raise CheckpointError(
+        f"unknown optimizer kind {kind!r} in the checkpoint",
+        fix="re-save it with sm.save_checkpoint",
+    )
 
 
 def load_checkpoint(path: str | os.PathLike, cls: type[Model], *, like: Optimizer | None = None):
@@ -99,12 +105,14 @@ def load_checkpoint(path: str | os.PathLike, cls: type[Model], *, like: Optimize
         OptimizerKindError: (E1202) if `like` is another kind than the file's optimizer.
     """
     arrays, meta = read_safetensors(path)
-    model_arrays = {k[len("model."):]: v for k, v in arrays.items() if k.startswith("model.")}
+    model_arrays = {k[len("model.") :]: v for k, v in arrays.items() if k.startswith("model.")}
     opt_arrays = {k: v for k, v in arrays.items() if k.startswith("opt.")}
     other = [k for k in arrays if k not in opt_arrays and not k.startswith("model.")]
     if "shapeml.optimizer" not in meta:
-        raise CheckpointError(f"`{path}` holds no optimizer state (was it saved with sm.save?)",
-                              fix="load it with sm.load(path, Cls), or save with sm.save_checkpoint")
+        raise CheckpointError(
+            f"`{path}` holds no optimizer state (was it saved with sm.save?)",
+            fix="load it with sm.load(path, Cls), or save with sm.save_checkpoint",
+        )
     m = model_from_arrays(cls, model_arrays, meta, str(path))
     cfg = json.loads(meta["shapeml.optimizer"])
     if like is not None:

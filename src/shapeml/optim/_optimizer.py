@@ -7,6 +7,7 @@ that count, so there is no scheduler to step.
 
 from __future__ import annotations
 
+import abc
 import functools
 import typing
 from collections.abc import Callable, Sequence
@@ -34,40 +35,60 @@ __all__ = [
 ]
 
 
-class OptimizerMismatchError(ShapemlError, TypeError, code="E1201",
-                             title="optimizer is for another model", explanation="""
+class OptimizerMismatchError(
+    ShapemlError,
+    TypeError,
+    code="E1201",
+    title="optimizer is for another model",
+    explanation="""
 An optimizer was used with a model of another class than the one it was built for. Optimizer state
 is typed by its model: `adamw(m, ...)` with `m: Spotter` is an `AdamW[Spotter]` and covers exactly
 Spotter's params. Build the optimizer from the model it will update: `opt = optim.adamw(m, lr=...)`.
-"""):
+""",
+):
     pass
 
 
-class OptimizerKindError(ShapemlError, TypeError, code="E1202", title="wrong kind of optimizer",
-                         explanation="""
+class OptimizerKindError(
+    ShapemlError,
+    TypeError,
+    code="E1202",
+    title="wrong kind of optimizer",
+    explanation="""
 An optimizer of one kind was given where another was expected (an `SGD[Spotter]` where an
 `AdamW[Spotter]` is expected, e.g. when resuming from a checkpoint saved with AdamW), or something
 that is not a shapeml optimizer was passed to `update`. Build the optimizer the code expects, with
 `optim.sgd(m, ...)` or `optim.adamw(m, ...)`.
-"""):
+""",
+):
     pass
 
 
-class GradShapeError(ShapemlError, ValueError, code="E1203",
-                     title="gradient does not match the optimizer", explanation="""
+class GradShapeError(
+    ShapemlError,
+    ValueError,
+    code="E1203",
+    title="gradient does not match the optimizer",
+    explanation="""
 The gradient passed to `update` is not a gradient of the optimizer's model: another model's
 `Grad`, a pytree instead of a `Grad`, or params of other shapes. The message names each param that
 differs. Compute it with `sm.value_and_grad(loss, m, ...)` on the model being trained.
-"""):
+""",
+):
     pass
 
 
-class ModelShapeError(ShapemlError, ValueError, code="E1204",
-                      title="model changed shape since the optimizer was built", explanation="""
+class ModelShapeError(
+    ShapemlError,
+    ValueError,
+    code="E1204",
+    title="model changed shape since the optimizer was built",
+    explanation="""
 The model passed to `update` has params of other shapes (other dims) than the model the optimizer
 was built for, so the optimizer state cannot apply to it. Build a new optimizer for the new model:
 `opt = optim.adamw(m, lr=...)`.
-"""):
+""",
+):
     pass
 
 
@@ -79,7 +100,10 @@ def _count_updates() -> optax.GradientTransformation:
     """Counts applied updates: the optimizer's one step count where optax keeps none."""
     return optax.GradientTransformation(
         lambda params: _Count(jnp.zeros((), jnp.int32)),
-        lambda updates, state, params=None: (updates, _Count(optax.safe_int32_increment(state.count))),
+        lambda updates, state, params=None: (
+            updates,
+            _Count(optax.safe_int32_increment(state.count)),
+        ),
     )
 
 
@@ -101,8 +125,11 @@ class Optimizer(eqx.Module):
     def for_model(cls, model_class: type):
         if not (isinstance(model_class, type) and issubclass(model_class, Model)):
             raise TypeError(f"{cls.__name__}[...] takes an sm.Model class, got {model_class!r}")
-        return type(f"{cls.__name__}[{model_class.__name__}]", (cls,),
-                    {"model_class": model_class, "__module__": cls.__module__})
+        return type(
+            f"{cls.__name__}[{model_class.__name__}]",
+            (cls,),
+            {"model_class": model_class, "__module__": cls.__module__},
+        )
 
     def __class_getitem__(cls, model_class: type):
         return cls.for_model(model_class)
@@ -114,12 +141,17 @@ class Optimizer(eqx.Module):
 
     def config(self) -> dict[str, Any]:
         """Everything needed to rebuild this optimizer for a model (see `load_checkpoint`)."""
-        return {"kind": self.kind, **dict(self.hyper), "lr": self.lr.config(),
-                "transforms": [t.config() for t in self.transforms],
-                "skip_nonfinite": self.skip_nonfinite}
+        return {
+            "kind": self.kind,
+            **dict(self.hyper),
+            "lr": self.lr.config(),
+            "transforms": [t.config() for t in self.transforms],
+            "skip_nonfinite": self.skip_nonfinite,
+        }
 
+    @abc.abstractmethod
     def tx(self) -> optax.GradientTransformation:
-        raise TypeError(f"{type(self).__name__} has no update rule")  # every subclass overrides
+        """The optax transformation of this optimizer's update rule (before the learning rate)."""
 
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper)
@@ -156,19 +188,36 @@ class AdamW(Optimizer):
 
 def _build(cls, m: Model, lr, hyper: dict, transforms, skip_nonfinite: bool):
     if not isinstance(m, Model):
-        raise TypeError(f"{cls.kind}(m, ...) takes the sm.Model it will update, got {type(m).__name__}")
+        raise TypeError(
+            f"{cls.kind}(m, ...) takes the sm.Model it will update, got {type(m).__name__}"
+        )
     typed = cls[type(m)]
     shapes = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in named_params(m).items())
-    proto = typed(state=None, skipped=jnp.zeros((), jnp.int32), lr=as_schedule(lr),
-                  transforms=tuple(transforms), skip_nonfinite=skip_nonfinite,
-                  hyper=tuple(hyper.items()), shapes=shapes)
+    proto = typed(
+        state=None,
+        skipped=jnp.zeros((), jnp.int32),
+        lr=as_schedule(lr),
+        transforms=tuple(transforms),
+        skip_nonfinite=skip_nonfinite,
+        hyper=tuple(hyper.items()),
+        shapes=shapes,
+    )
     params, _ = split_params(m)
-    return eqx.tree_at(lambda o: o.state, proto, proto.tx().init(params), is_leaf=lambda x: x is None)
+    return eqx.tree_at(
+        lambda o: o.state, proto, proto.tx().init(params), is_leaf=lambda x: x is None
+    )
 
 
-def sgd(m: Model, lr: Schedule | float | int, momentum: float = 0.0, nesterov: bool = False,
-        weight_decay: float = 0.0, *, transforms: Sequence[Callable] = (),
-        skip_nonfinite: bool = False) -> SGD:
+def sgd(
+    m: Model,
+    lr: Schedule | float | int,
+    momentum: float = 0.0,
+    nesterov: bool = False,
+    weight_decay: float = 0.0,
+    *,
+    transforms: Sequence[Callable] = (),
+    skip_nonfinite: bool = False,
+) -> SGD:
     """SGD state for `m`'s params: an `SGD[type(m)]`.
 
     Args:
@@ -179,14 +228,25 @@ def sgd(m: Model, lr: Schedule | float | int, momentum: float = 0.0, nesterov: b
         transforms: gradient transforms applied in order before the step (`[clip_norm(1.0)]`).
         skip_nonfinite: skip (and count in `opt.skipped`) a step whose gradient is not finite.
     """
-    hyper = {"momentum": float(momentum), "nesterov": bool(nesterov),
-             "weight_decay": float(weight_decay)}
+    hyper = {
+        "momentum": float(momentum),
+        "nesterov": bool(nesterov),
+        "weight_decay": float(weight_decay),
+    }
     return _build(SGD, m, lr, hyper, transforms, skip_nonfinite)
 
 
-def adamw(m: Model, lr: Schedule | float | int, b1: float = 0.9, b2: float = 0.999,
-          eps: float = 1e-8, weight_decay: float = 0.01, *, transforms: Sequence[Callable] = (),
-          skip_nonfinite: bool = False) -> AdamW:
+def adamw(
+    m: Model,
+    lr: Schedule | float | int,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    *,
+    transforms: Sequence[Callable] = (),
+    skip_nonfinite: bool = False,
+) -> AdamW:
     """AdamW state for `m`'s params: an `AdamW[type(m)]` (optax.adamw's math).
 
     Weight decay applies to params only; buffers are never updated.
@@ -194,7 +254,12 @@ def adamw(m: Model, lr: Schedule | float | int, b1: float = 0.9, b2: float = 0.9
     Example:
         >>> opt = optim.adamw(m, lr=optim.warmup(20, optim.cosine(3e-3, steps)))
     """
-    hyper = {"b1": float(b1), "b2": float(b2), "eps": float(eps), "weight_decay": float(weight_decay)}
+    hyper = {
+        "b1": float(b1),
+        "b2": float(b2),
+        "eps": float(eps),
+        "weight_decay": float(weight_decay),
+    }
     return _build(AdamW, m, lr, hyper, transforms, skip_nonfinite)
 
 
@@ -236,8 +301,12 @@ def _diff(expected, got, a: str, b: str) -> str:
     e, g = {k: s for k, *s in expected}, {k: s for k, *s in got}
     parts = [f"`{k}` missing from the {b}" for k in e if k not in g]
     parts += [f"`{k}` not in the {a}" for k in g if k not in e]
-    parts += [f"`{k}`: {a} [{' '.join(map(str, e[k][0]))}] {e[k][1]}, {b} "
-              f"[{' '.join(map(str, g[k][0]))}] {g[k][1]}" for k in e if k in g and e[k] != g[k]]
+    parts += [
+        f"`{k}`: {a} [{' '.join(map(str, e[k][0]))}] {e[k][1]}, {b} "
+        f"[{' '.join(map(str, g[k][0]))}] {g[k][1]}"
+        for k in e
+        if k in g and e[k] != g[k]
+    ]
     return "; ".join(parts)
 
 

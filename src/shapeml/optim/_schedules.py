@@ -6,6 +6,7 @@ plots (`schedule(jnp.arange(n))`) and round-trips through checkpoint metadata.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from typing import Any
 
@@ -15,17 +16,19 @@ import optax
 __all__ = ["Schedule", "constant", "cosine", "from_config", "warmup"]
 
 
-class Schedule:
+class Schedule(abc.ABC):
     """A learning rate as a function of the step count `t` (an int or an int array)."""
 
+    @abc.abstractmethod
     def optax(self) -> optax.Schedule:
-        raise TypeError(f"{type(self).__name__} has no optax form")  # every subclass overrides
+        """The same schedule as an optax schedule."""
+
+    @abc.abstractmethod
+    def config(self) -> dict[str, Any]:
+        """A JSON-able description that `from_config` turns back into the schedule."""
 
     def __call__(self, t):
         return self.optax()(jnp.asarray(t))
-
-    def config(self) -> dict[str, Any]:
-        raise TypeError(f"{type(self).__name__} cannot be saved")  # every subclass overrides
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +105,9 @@ def as_schedule(lr: Schedule | float | int) -> Schedule:
         return lr
     if isinstance(lr, (int, float)) and not isinstance(lr, bool):
         return constant(lr)
-    raise TypeError(f"a learning rate is a number or a schedule (constant, cosine, warmup), got {lr!r}")
+    raise TypeError(
+        f"a learning rate is a number or a schedule (constant, cosine, warmup), got {lr!r}"
+    )
 
 
 def from_config(cfg: dict[str, Any]) -> Schedule:

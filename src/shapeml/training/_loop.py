@@ -28,14 +28,19 @@ from ._step import TrainStep, make_mesh
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
 
 
-class TrainingDivergedError(ShapemlError, FloatingPointError, code="E1701",
-                            title="training loss is not finite", explanation="""
+class TrainingDivergedError(
+    ShapemlError,
+    FloatingPointError,
+    code="E1701",
+    title="training loss is not finite",
+    explanation="""
 The training loss became NaN or infinite. Training stopped at the log point that saw it; the last
 checkpoint written before it holds finite weights and was not overwritten.
 
 Lower the learning rate, add or tighten gradient clipping (`transforms=[optim.clip_norm(1.0)]`),
 or check the data for NaNs. Resume from the last good checkpoint with `resume=True`.
-"""):
+""",
+):
     pass
 
 
@@ -112,8 +117,11 @@ def train(
         losses = [float(v[0] if has_aux else v) for v in values]
         for (i, _), value in zip(pending, losses):
             if not math.isfinite(value):
-                where = (f"the last good checkpoint is `{last_good[1]}` (step {last_good[0]})"
-                         if last_good else "no checkpoint was written before it")
+                where = (
+                    f"the last good checkpoint is `{last_good[1]}` (step {last_good[0]})"
+                    if last_good
+                    else "no checkpoint was written before it"
+                )
                 raise TrainingDivergedError(
                     f"the loss is {value} at step {i + 1}; {where}",
                     fix="lower the learning rate or clip gradients, then resume from the checkpoint",
@@ -124,16 +132,23 @@ def train(
                 record[name] = float(np.mean([float(v[1][name]) for v in values]))
         record["skipped"] = int(step.opt.skipped)
         history.append(record)
-        bar.set_postfix({k: (f"{v:.4g}" if isinstance(v, float) else v)
-                         for k, v in record.items() if k != "step"})
+        bar.set_postfix(
+            {
+                k: (f"{v:.4g}" if isinstance(v, float) else v)
+                for k, v in record.items()
+                if k != "step"
+            }
+        )
         pending = []
 
     for i in range(done, steps):
         try:
             batch = next(batches)
         except StopIteration:
-            raise ValueError(f"the data ran out after {i} of {steps} steps; pass more batches "
-                             "(e.g. batches(..., epochs=None))") from None
+            raise ValueError(
+                f"the data ran out after {i} of {steps} steps; pass more batches "
+                "(e.g. batches(..., epochs=None))"
+            ) from None
         pending.append((i, step(*batch)))
         bar.update(1)
         at = i + 1
@@ -154,8 +169,9 @@ def train(
     return TrainResult(step.model, step.opt, history)
 
 
-def predict_in_batches(predict: Callable, model: Model, images: np.ndarray,
-                       batch_size: int = 1024) -> np.ndarray:
+def predict_in_batches(
+    predict: Callable, model: Model, images: np.ndarray, batch_size: int = 1024
+) -> np.ndarray:
     """Runs a jitted `predict(model, images)` over `images` in fixed-size chunks."""
     fn = jax.jit(predict)
     out = []

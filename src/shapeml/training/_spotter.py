@@ -78,9 +78,17 @@ def train_spotter(
     schedule = optim.warmup(warmup, optim.cosine(lr, max(steps - warmup, 1)))
     opt = optim.adamw(m, lr=schedule, transforms=[optim.clip_norm(clip)], skip_nonfinite=True)
     result = train(
-        spotter_loss, m, opt, batches(img, y, batch_size=batch_size, seed=seed), steps=steps,
-        has_aux=True, checkpoint=checkpoint, checkpoint_every=checkpoint_every if checkpoint else 0,
-        resume=resume, devices=devices, progress=progress,
+        spotter_loss,
+        m,
+        opt,
+        batches(img, y, batch_size=batch_size, seed=seed),
+        steps=steps,
+        has_aux=True,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every if checkpoint else 0,
+        resume=resume,
+        devices=devices,
+        progress=progress,
     )
     if out is not None:
         save(out, result.model)

@@ -27,8 +27,16 @@ class TrainStep:
         >>> loss = step(img, y)          # updates step.model and step.opt in place on device
     """
 
-    def __init__(self, loss: Callable, model: Model, opt: Optimizer, *, has_aux: bool = False,
-                 mesh: jax.sharding.Mesh | None = None, data_axis: str = "data"):
+    def __init__(
+        self,
+        loss: Callable,
+        model: Model,
+        opt: Optimizer,
+        *,
+        has_aux: bool = False,
+        mesh: jax.sharding.Mesh | None = None,
+        data_axis: str = "data",
+    ):
         self.loss = loss
         self.has_aux = has_aux
         self._model_leaves, self._model_def = jax.tree.flatten(model)
@@ -40,7 +48,8 @@ class TrainStep:
             self._model_leaves = jax.device_put(self._model_leaves, replicated)
             self._opt_leaves = jax.device_put(self._opt_leaves, replicated)
             self._batch_sharding = jax.sharding.NamedSharding(
-                mesh, jax.sharding.PartitionSpec(data_axis))
+                mesh, jax.sharding.PartitionSpec(data_axis)
+            )
         model_def, opt_def = self._model_def, self._opt_def
 
         def step(model_leaves, opt_leaves, *batch):
@@ -57,7 +66,8 @@ class TrainStep:
         if self.mesh is not None:
             batch = [jax.device_put(np.asarray(b), self._batch_sharding) for b in batch]
         self._model_leaves, self._opt_leaves, value = self._step(
-            self._model_leaves, self._opt_leaves, *batch)
+            self._model_leaves, self._opt_leaves, *batch
+        )
         return value
 
     @property
