@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import safetensors.numpy
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 import shapeml as sm
 
@@ -142,3 +142,13 @@ def test_loaded_model_runs_under_jit(tmp_path):
     loaded = sm.load(sm.save(tmp_path / "n.safetensors", m), Net)
     f = jax.jit(lambda m: jnp.sum(m.emb @ m.blocks[0].w1))
     np.testing.assert_allclose(f(loaded), f(m), rtol=1e-6)
+
+
+def test_bfloat16_and_bool_round_trip(tmp_path):
+    class Half(sm.Model):
+        dims = sm.Dims(D=4)
+        w: Float[Array, "D D"] = sm.param(sm.normal(), dtype=jnp.bfloat16)
+        mask: Bool[Array, " D"] = sm.buffer(sm.ones)
+
+    m = Half.init(seed=0)
+    assert_same(sm.load(sm.save(tmp_path / "half.safetensors", m), Half), m)

@@ -302,3 +302,11 @@ def test_explain_known_and_unknown_codes():
     assert text.startswith("E0901: no such field") and "similar name" in text
     with pytest.raises(sm.ShapemlError, match="E0001"):
         sm.explain("E9999")
+
+
+def test_init_takes_a_key_and_vmaps_over_seeds_into_an_ensemble():
+    a = Net.init(seed=jax.random.key(5))
+    np.testing.assert_array_equal(a.emb, Net.init(seed=5).emb)
+    ensemble = jax.vmap(lambda s: Net.init(seed=s))(jnp.arange(3))
+    assert ensemble.emb.shape == (3, 11, 8) and ensemble.dims == Net.dims
+    np.testing.assert_array_equal(ensemble.blocks[1].w2[2], Net.init(seed=2).blocks[1].w2)

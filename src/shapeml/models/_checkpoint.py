@@ -16,6 +16,7 @@ from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
+import safetensors
 import safetensors.numpy
 
 from .._errors import ShapemlError, similar
@@ -96,6 +97,26 @@ that should have written it ran.
     pass
 
 
+# safetensors dtype names -> numpy dtypes (bfloat16 and float8 come from ml_dtypes, via JAX).
+_DTYPES = {
+    "F64": np.float64,
+    "F32": np.float32,
+    "F16": np.float16,
+    "BF16": jnp.bfloat16,
+    "F8_E4M3": jnp.float8_e4m3fn,
+    "F8_E5M2": jnp.float8_e5m2,
+    "I64": np.int64,
+    "I32": np.int32,
+    "I16": np.int16,
+    "I8": np.int8,
+    "U64": np.uint64,
+    "U32": np.uint32,
+    "U16": np.uint16,
+    "U8": np.uint8,
+    "BOOL": np.bool_,
+}
+
+
 def write_safetensors(
     path: str | os.PathLike, arrays: Mapping[str, Any], metadata: Mapping[str, str]
 ) -> Path:
@@ -156,10 +177,16 @@ def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], di
         raise bad("its header is not a JSON object")
     metadata = header.get("__metadata__") or {}
     try:
-        arrays = safetensors.numpy.load(raw)
+        entries = safetensors.deserialize(raw)  # validated by safetensors itself
     except Exception as e:  # safetensors reports corruption with several exception types
         raise bad(str(e).strip() or type(e).__name__) from None
-    return dict(arrays), dict(metadata)
+    arrays = {}
+    for name, entry in entries:
+        if entry["dtype"] not in _DTYPES:
+            raise bad(f"entry `{name}` has dtype {entry['dtype']}, which shapeml does not read")
+        dtype = np.dtype(_DTYPES[entry["dtype"]])
+        arrays[name] = np.frombuffer(entry["data"], dtype).reshape(entry["shape"])
+    return arrays, dict(metadata)
 
 
 def model_metadata(m: Model) -> dict[str, str]:

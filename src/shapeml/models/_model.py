@@ -215,13 +215,17 @@ class Model(eqx.Module):
         so the same seed gives the same model, and adding a field changes no other.
 
         Args:
-            seed: a whole number, or a `jax.random.key`.
+            seed: a whole number, a `jax.random.key`, or an int array (so `jax.vmap(M.init)`
+                over seeds builds an ensemble, each member with a leading axis).
             **dims: overrides of free dims (`D=64`).
 
         Raises:
             DimsOverrideError: (E0904) for an unknown or derived dim, or a bad value.
         """
-        key = jax.random.key(seed) if isinstance(seed, (int, np.integer)) else seed
+        is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(
+            seed.dtype, jax.dtypes.prng_key
+        )
+        key = seed if is_key else jax.random.key(seed)  # an int array works too: vmap over seeds
         return cls._init_at(key, cls.dims.resolve(**dims), "")
 
     @classmethod
