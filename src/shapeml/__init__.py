@@ -6,6 +6,7 @@ Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.state`, `shapeml.int8`,
 """
 
 from . import data as data
+from . import int8 as int8
 from . import models as models
 from . import optim as optim
 from . import state as state
@@ -20,6 +21,12 @@ from ._grad import norm as norm
 from ._grad import value_and_grad as value_and_grad
 from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
+from .hoisting import Hoisted as Hoisted
+from .hoisting import HoistReport as HoistReport
+from .hoisting import bake as bake
+from .hoisting import export as export
+from .hoisting import hoist as hoist
+from .hoisting import load_exported as load_exported
 from .models import Dims as Dims
 from .models import Model as Model
 from .models import buffer as buffer

@@ -152,41 +152,82 @@ def has_effects(eqn: JaxprEqn) -> bool:
     return bool(eqn.effects)
 
 
-def inline_jit(closed: ClosedJaxpr) -> ClosedJaxpr:
+def inline_jit(closed: ClosedJaxpr, known_inputs: Sequence[bool] | None = None) -> ClosedJaxpr:
     """Re-traces `closed` with every nested `jax.jit` call inlined, recursively.
 
     Functions wrapped in `jit` (many `jax.numpy` ones, and the user's own) otherwise appear as one
     opaque equation, hiding the weight-only work inside them. Custom-derivative calls, control flow
-    and remat stay as single equations, so differentiating the result still uses their rules.
-    """
+    and remat stay single equations, so differentiating the result still uses their rules.
 
-    def run(jaxpr: Jaxpr, consts, *args):
+    With `known_inputs` (one bool per input), a `scan` whose operands are partly known, which
+    draws no random bits and has no side effects, is also split by JAX's partial evaluation into
+    a scan over the known operands (producing its residuals, e.g. per-layer dequantized weights)
+    followed by a scan over the rest, so the known part can be computed outside the loop.
+    """
+    split_scans = known_inputs is not None
+    known_inputs = list(known_inputs) if split_scans else [False] * len(closed.jaxpr.invars)
+
+    def run(jaxpr: Jaxpr, consts, args, known_args):
         env: dict = {}
+        known: dict = {}
 
         def read(a):
             return a.val if isinstance(a, Literal) else env[a]
 
+        def is_known(a):
+            return isinstance(a, Literal) or known[a]
+
         for v, x in zip(jaxpr.constvars, consts):
-            env[v] = x
-        for v, x in zip(jaxpr.invars, args):
-            env[v] = x
+            env[v], known[v] = x, True
+        for v, x, k in zip(jaxpr.invars, args, known_args):
+            env[v], known[v] = x, k
         for eqn in jaxpr.eqns:
             ins = [read(a) for a in eqn.invars]
+            ins_known = [is_known(a) for a in eqn.invars]
+            pure = not has_effects(eqn) and not is_random(eqn)
             if eqn.primitive is _jit_p:
                 inner = eqn.params["jaxpr"]
-                outs = run(inner.jaxpr, inner.consts, *ins)
+                outs, outs_known = run(inner.jaxpr, inner.consts, ins, ins_known)
+            elif (
+                split_scans
+                and pure
+                and eqn.primitive.name == "scan"
+                and any(ins_known)
+                and not all(ins_known)
+            ):
+                outs = _split_scan(eqn, ins, ins_known)
+                outs_known = [False] * len(outs)
             else:
                 params = eqn.primitive.get_bind_params(eqn.params)
                 with eqn.ctx.manager:
                     outs = eqn.primitive.bind(*ins, **params)
                 if not eqn.primitive.multiple_results:
                     outs = [outs]
-            for v, x in zip(eqn.outvars, outs):
-                env[v] = x
-        return [read(a) for a in jaxpr.outvars]
+                outs_known = [pure and all(ins_known)] * len(outs)
+            for v, x, k in zip(eqn.outvars, outs, outs_known):
+                env[v], known[v] = x, k
+        return [read(a) for a in jaxpr.outvars], [is_known(a) for a in jaxpr.outvars]
 
     avals = [v.aval for v in closed.jaxpr.invars]
-    return jax.make_jaxpr(lambda *args: run(closed.jaxpr, closed.consts, *args))(*avals)
+    return jax.make_jaxpr(lambda *args: run(closed.jaxpr, closed.consts, args, known_inputs)[0])(
+        *avals
+    )
+
+
+def _split_scan(eqn: JaxprEqn, ins: list, ins_known: list[bool]) -> list:
+    """Binds `eqn` (a scan) as a known scan producing residuals, then an unknown scan."""
+    operands, flags, values, seen = [], [], [], set()
+    for a, x, k in zip(eqn.invars, ins, ins_known):
+        if isinstance(a, Literal) or a in seen:
+            continue
+        seen.add(a)
+        operands.append(a)
+        flags.append(k)
+        values.append(x)
+    one = build_closed_jaxpr(operands, eqn.outvars, [eqn], name="scan")
+    known, unknown, _, _ = split_known(one, [not k for k in flags])
+    residuals = as_fun(known)(*[x for x, k in zip(values, flags) if k])
+    return as_fun(unknown)(*residuals, *[x for x, k in zip(values, flags) if not k])
 
 
 def build_closed_jaxpr(
@@ -195,10 +236,13 @@ def build_closed_jaxpr(
     eqns: Sequence[JaxprEqn],
     constvars: Sequence[Var] = (),
     consts: Sequence = (),
+    name: str = "split",
 ) -> ClosedJaxpr:
-    """A closed jaxpr from parts of other jaxprs (the same `Var` objects may appear in several)."""
+    """A closed jaxpr from parts of other jaxprs (the same `Var` objects may appear in several);
+    `name` is what JAX's messages call it."""
     effects = _core.join_effects(*(e.effects for e in eqns))
-    jaxpr = Jaxpr(list(constvars), list(invars), list(outvars), list(eqns), effects)
+    info = _core.DebugInfo("hoist", name, ("",) * len(invars), ("",) * len(outvars))
+    jaxpr = Jaxpr(list(constvars), list(invars), list(outvars), list(eqns), effects, info)
     return ClosedJaxpr(jaxpr, list(consts))
 
 

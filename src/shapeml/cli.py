@@ -7,6 +7,7 @@ import os
 import sys
 
 from ._errors import ShapemlError, errors_markdown, explain, registry
+from .int8._cli import add_parser as add_int8_parser
 
 __all__ = ["main"]
 
@@ -137,6 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("path", help="a model file written by `shapeml train` (or sm.save)")
     p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
     p.set_defaults(func=_eval)
+
+    add_int8_parser(sub)
     return parser
 
 

@@ -1,0 +1,98 @@
+"""Decode speed of the shipped int8 model: the numpy reference vs the JAX step vs one-call generate.
+
+    python benchmarks/int8_decode.py
+
+Measures, in one run, the time per decoded token (median over repeats, after warm-up, with
+`jax.block_until_ready`):
+  (a) the numpy reference, stepping token by token;
+  (b) the compiled JAX step, called once per token (the cache goes back and forth);
+  (c) `generate`, the whole trace in one compiled call;
+  (d) `generate` with tp=2, in a subprocess with two forced host devices.
+The last line is the budget line: the per-token speedup of (c) over (a).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import jax
+
+from shapeml import int8
+
+PROMPT = "fcak>"
+
+
+def median_time(fn, repeat: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def measure(tp: int | None) -> dict[str, float]:
+    m = int8.tiny_model()
+    prompt = m.encode(PROMPT)
+    n = m.ctx - len(prompt) + 1  # fill the context: ctx decode steps
+    steps = len(prompt) + n - 1
+
+    def step_loop():
+        cache, seq = m.init_cache(), list(prompt)
+        for pos in range(steps):
+            _, nxt, cache = m.decode_step(seq[pos], pos, cache, tp=tp)
+            if pos + 1 >= len(prompt):
+                seq.append(int(nxt))  # greedy: the host needs the token to feed it back
+        return seq
+
+    out = {"steps": steps}
+    out["generate"] = (
+        median_time(lambda: jax.block_until_ready(m.generate_arrays(prompt, n, tp=tp)), repeat=50)
+        / steps
+    )
+    out["step"] = median_time(step_loop, repeat=5) / steps
+    if tp is None:
+        out["reference"] = median_time(lambda: m.reference_generate(prompt, n), repeat=5) / steps
+        assert m.reference_generate(prompt, n)[0] == m.generate(prompt, n)
+    else:
+        assert m.generate(prompt, n, tp=tp) == m.generate(prompt, n)
+    return out
+
+
+def main() -> None:
+    if "--child-tp" in sys.argv:
+        r = measure(int(sys.argv[sys.argv.index("--child-tp") + 1]))
+        print(f"CHILD {r['generate']} {r['step']}")
+        return
+    r = measure(None)
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    child = subprocess.run(
+        [sys.executable, __file__, "--child-tp", "2"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    line = next(ln for ln in child.stdout.splitlines() if ln.startswith("CHILD"))
+    tp_gen, tp_step = map(float, line.split()[1:])
+    us = lambda s: f"{s * 1e6:8.1f} us/token ({1 / s:8.0f} tokens/s)"
+    print(f"shipped model, prompt {PROMPT!r}, {r['steps']} decode steps per trace")
+    print(f"(a) numpy reference, token by token : {us(r['reference'])}")
+    print(f"(b) JAX step, one call per token    : {us(r['step'])}")
+    print(f"(c) generate, one compiled call     : {us(r['generate'])}")
+    print(
+        f"(d) generate, tp=2 (2 host devices) : {us(tp_gen)}   [tp=2 step per token: "
+        f"{tp_step * 1e6:.1f} us]"
+    )
+    print(f"int8_step_vs_reference: ratio={r['reference'] / r['step']:.2f}")
+    print(f"int8_generate_vs_reference: ratio={r['reference'] / r['generate']:.1f} (budget >= 10)")
+
+
+if __name__ == "__main__":
+    main()

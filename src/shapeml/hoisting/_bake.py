@@ -1,0 +1,71 @@
+"""`sm.bake`: bind the weights once and evaluate their weight-only part, returning `g(*inputs)`.
+
+Unlike leaving a closed-over model to XLA's constant folder (slow, and it skips large tensors),
+shapeml evaluates the prepare program itself, once per input structure and shapes, and the
+compiled main program reads the results as arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from ._hoist import Hoisted
+from ._program import leaf_key
+from ._report import HoistReport
+
+
+class Baked:
+    """`f` with its weights bound and their weight-only work done. See `bake`."""
+
+    def __init__(self, f: Callable, model: Any, max_prepared_bytes: int | None):
+        functools.update_wrapper(self, f)
+        self._model = model
+        # Every baked program's prepared tensors are kept: the model is fixed, so there is only
+        # ever one set of weights to prepare.
+        self._hoisted = Hoisted(f, 0, max_prepared_bytes, cut_broadcasts=True, cache_size=1)
+        self._runs: dict = {}
+
+    def __call__(self, *inputs, **kwargs):
+        leaves, tree = jax.tree.flatten((inputs, kwargs))
+        run = self._runs.get((tree, tuple(map(leaf_key, leaves))))
+        if run is not None:
+            main, boundary, per_call, dyn = run
+            return main(boundary, per_call, leaves if dyn is None else [leaves[i] for i in dyn])
+        out = self._hoisted(self._model, *inputs, **kwargs)
+        entry = self._hoisted._last
+        if entry is not None:
+            run = entry.runs.get((tree, tuple(map(leaf_key, leaves))))
+            if run is not None:
+                self._runs[(tree, tuple(map(leaf_key, leaves)))] = run
+        return out
+
+    def report(self) -> HoistReport:
+        """What was evaluated at bake time; see `Hoisted.report`."""
+        return self._hoisted.report()
+
+
+def bake(f: Callable, model: Any, *, max_prepared_bytes: int | None = None) -> Baked:
+    """Binds `model` as `f`'s weights and folds the weight-only work: returns `g(*inputs)`.
+
+    `g(*inputs) == f(model, *inputs)`. On the first call for an input structure and shapes, `f` is
+    traced and split as `sm.hoist` does; the weight-only part is evaluated once by shapeml and its
+    results become arguments of the compiled per-call program. Random draws and side effects stay
+    per call. `g` can be called under an outer `jax.jit`, `grad` or `vmap` over the inputs.
+
+    Args:
+        f: the function, `f(model, *inputs, **kwargs)`.
+        model: its weights, a pytree of JAX arrays (the `model` argument of `f`).
+        max_prepared_bytes: as in `sm.hoist`.
+
+    Returns:
+        A callable of the inputs only, with `report()`.
+
+    Example:
+        >>> serve = sm.bake(forward, model)
+        >>> y = serve(x)
+    """
+    return Baked(f, model, max_prepared_bytes)

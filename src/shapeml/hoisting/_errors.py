@@ -1,0 +1,122 @@
+"""Errors of the hoisting subsystem (codes E1501..E1599)."""
+
+from __future__ import annotations
+
+from .._errors import ShapemlError
+
+__all__ = [
+    "ArtifactCorruptError",
+    "ArtifactMismatchError",
+    "ExportError",
+    "HoistArgumentError",
+    "MutableWeightsError",
+    "NotTracedError",
+    "UnhashableStaticError",
+]
+
+
+class HoistArgumentError(
+    ShapemlError,
+    TypeError,
+    code="E1501",
+    title="hoisted function called without its weights argument",
+    explanation="""
+`sm.hoist(f, weights=...)` names which positional argument(s) of `f` hold the weights (the model).
+The hoisted function was called with fewer positional arguments than that, or `weights=` is not
+a non-negative int or a tuple of them.
+
+    fast = sm.hoist(forward)            # forward(model, x): weights are argument 0
+    fast(model, x)                      # ok
+    fast(x)                             # E1501: argument 0 is the input, not the model
+""",
+):
+    pass
+
+
+class MutableWeightsError(
+    ShapemlError,
+    TypeError,
+    code="E1502",
+    title="weights hold a mutable numpy array",
+    explanation="""
+The hoisting cache is keyed on the identity of the weight arrays. JAX arrays are immutable, so
+"same object" means "same values"; a numpy array can be changed in place after the prepared
+tensors were computed, and the cache would silently return stale results. Convert the weights to
+JAX arrays once, before the first call:
+
+    model = jax.tree.map(jnp.asarray, model)
+""",
+):
+    pass
+
+
+class NotTracedError(
+    ShapemlError,
+    RuntimeError,
+    code="E1503",
+    title="no hoisted program yet",
+    explanation="""
+`report()` describes the program built on the first call, so it needs one call first. To inspect
+the split without running it, use `prepare_jaxpr(model, *inputs)` and `main_jaxpr(model, *inputs)`,
+which accept arrays or `jax.ShapeDtypeStruct`s.
+""",
+):
+    pass
+
+
+class UnhashableStaticError(
+    ShapemlError,
+    TypeError,
+    code="E1504",
+    title="a non-array argument leaf is not hashable",
+    explanation="""
+Leaves of the arguments that are not arrays (Python numbers, strings, callables) are treated as
+static configuration, like `equinox.filter_jit` does: they are part of the cache key, so they must
+be hashable. Pass data as arrays, and configuration as hashable values (tuples, not lists).
+""",
+):
+    pass
+
+
+class ExportError(
+    ShapemlError,
+    ValueError,
+    code="E1505",
+    title="cannot export this function",
+    explanation="""
+`sm.export` serializes the main program with `jax.export` and writes the prepared weights beside
+it. It needs example inputs whose leaves are arrays (or `jax.ShapeDtypeStruct`s) in standard
+containers (tuples, lists, dicts), a weights pytree without PRNG keys (pass a key as an input
+instead), and `quantize=None` or `"int8"`.
+""",
+):
+    pass
+
+
+class ArtifactCorruptError(
+    ShapemlError,
+    ValueError,
+    code="E1506",
+    title="exported artifact is unreadable or corrupt",
+    explanation="""
+`sm.load_exported` could not read the file as a shapeml artifact: it is missing, truncated, not a
+safetensors file, was not written by `sm.export`, or a checksum of the program or of the tensors
+does not match what was written. Re-export the model with `sm.export`.
+""",
+):
+    pass
+
+
+class ArtifactMismatchError(
+    ShapemlError,
+    ValueError,
+    code="E1507",
+    title="exported artifact does not match its program",
+    explanation="""
+The file was read, but its parts disagree: a tensor the program needs is missing, or has another
+shape or dtype than the program expects, or the file was written by an unsupported format
+version. This happens when tensors from one export are mixed with the program of another.
+Re-export the model with `sm.export`.
+""",
+):
+    pass

@@ -1,0 +1,300 @@
+"""`sm.hoist`: run the weight-only part of `f(model, *inputs)` once per set of weights.
+
+The per-call path is: flatten the weights, check by identity that they are the arrays last seen,
+flatten the inputs, one jitted call of the main program. Everything else (tracing, splitting,
+preparing) happens on a miss.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import operator
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+
+from .. import _jax_internals as ji
+from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
+from ._program import Program, aval_of, build, is_array, leaf_key, trace
+from ._report import HoistReport
+
+_is = operator.is_
+
+
+class _Entry:
+    """The prepared tensors of one set of weight arrays (held, so their ids stay theirs)."""
+
+    __slots__ = ("w_leaves", "w_tree", "n", "prepared", "runs", "last")
+
+    def __init__(self, w_leaves: list, w_tree):
+        self.w_leaves = w_leaves
+        self.w_tree = w_tree
+        self.n = len(w_leaves)
+        self.prepared: dict = {}  # prepare signature -> boundary tuple
+        # (input tree, input leaf keys) -> (main, boundary, per-call weights, dynamic positions)
+        self.runs: dict = {}
+        self.last: tuple = (None, None, None)  # (input tree, input keys, run) of the last call
+
+
+class Hoisted:
+    """A function whose weight-only work runs once per set of weight arrays. See `hoist`."""
+
+    def __init__(
+        self,
+        f: Callable,
+        weights: int | Sequence[int],
+        max_prepared_bytes: int | None,
+        cut_broadcasts: bool,
+        cache_size: int,
+    ):
+        if isinstance(weights, int):
+            weights = (weights,)
+        argnums = tuple(sorted(set(weights)))
+        if not argnums or any(not isinstance(i, int) or i < 0 for i in argnums):
+            raise HoistArgumentError(
+                f"`weights={weights!r}` must name positional arguments of `f`",
+                fix="pass a non-negative int, e.g. `weights=0`, or a tuple such as `(0, 2)`",
+            )
+        functools.update_wrapper(self, f)
+        self._f = f
+        self._argnums = argnums
+        self._single = argnums == (0,)
+        self._max_bytes = max_prepared_bytes
+        self._cut = cut_broadcasts
+        self._cache_size = max(1, cache_size)
+        self._programs: dict = {}
+        self._entries: collections.OrderedDict = collections.OrderedDict()
+        self._last: _Entry | None = None
+        self._last_program: tuple[Program, int] | None = None
+        self._prepare_runs = 0
+        self._traces = 0
+
+    # --- the per-call path ----------------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        if self._single and args:
+            w, ins = args[0], (args[1:], kwargs)
+        else:
+            w, ins = self._partition(args, kwargs)
+        w_leaves, w_tree = jax.tree.flatten(w)
+        e = self._last
+        if (
+            e is not None
+            and e.n == len(w_leaves)
+            and e.w_tree == w_tree
+            and all(map(_is, w_leaves, e.w_leaves))
+        ):
+            in_leaves, in_tree = jax.tree.flatten(ins)
+            keys = tuple(map(leaf_key, in_leaves))
+            last_tree, last_keys, run = e.last
+            if keys != last_keys or in_tree != last_tree:
+                run = e.runs.get((in_tree, keys))
+                if run is not None:
+                    e.last = (in_tree, keys, run)
+            if run is not None:
+                main, boundary, per_call, dyn = run
+                if dyn is not None:
+                    in_leaves = [in_leaves[i] for i in dyn]
+                return main(boundary, per_call, in_leaves)
+        return self._miss(args, kwargs, w_leaves, w_tree, ins)
+
+    def _partition(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
+        if len(args) <= self._argnums[-1]:
+            raise HoistArgumentError(
+                f"`{getattr(self._f, '__name__', 'f')}` takes its weights as positional "
+                f"argument(s) {list(self._argnums)}, but was called with {len(args)} positional "
+                "argument(s)",
+                fix="call it as `fast(model, *inputs)`, or set `weights=` in `sm.hoist`",
+            )
+        if self._single:
+            return args[0], (args[1:], kwargs)
+        w = tuple(args[i] for i in self._argnums)
+        rest = tuple(a for i, a in enumerate(args) if i not in self._argnums)
+        return w, (rest, kwargs)
+
+    def _assembler(self, w_tree, in_tree, n_args: int) -> Callable:
+        argnums = self._argnums
+
+        def assemble(w_leaves, in_leaves):
+            w = jax.tree.unflatten(w_tree, w_leaves)
+            rest, kwargs = jax.tree.unflatten(in_tree, in_leaves)
+            if argnums == (0,):
+                return (w, *rest), kwargs
+            args, it_w, it_r = [], iter(w), iter(rest)
+            for i in range(n_args):
+                args.append(next(it_w) if i in argnums else next(it_r))
+            return tuple(args), kwargs
+
+        return assemble
+
+    # --- misses: tracing, splitting, preparing ----------------------------------------------------
+
+    def _program(self, args: tuple, kwargs: dict) -> tuple[Program, list, list, Any, Any]:
+        """The program for these arguments' structure and shapes (traced on first sight)."""
+        w, ins = self._partition(args, kwargs)
+        w_leaves, w_tree = jax.tree.flatten(w)
+        in_leaves, in_tree = jax.tree.flatten(ins)
+        w_keys = tuple(map(leaf_key, w_leaves))
+        in_keys = tuple(map(leaf_key, in_leaves))
+        pkey = (w_tree, w_keys, in_tree, in_keys, len(args))
+        prog = self._programs.get(pkey)
+        if prog is None:
+            w_dyn = [i for i, x in enumerate(w_leaves) if is_array(x)]
+            in_dyn = [i for i, x in enumerate(in_leaves) if is_array(x)]
+            closed, out_tree = trace(
+                self._f,
+                self._assembler(w_tree, in_tree, len(args)),
+                [None if is_array(x) else x for x in w_leaves],
+                [None if is_array(x) else x for x in in_leaves],
+                w_dyn,
+                in_dyn,
+                [aval_of(w_leaves[i]) for i in w_dyn] + [aval_of(in_leaves[i]) for i in in_dyn],
+            )
+            prog = build(
+                closed,
+                out_tree,
+                len(w_dyn),
+                max_prepared_bytes=self._max_bytes,
+                cut_broadcasts=self._cut,
+            )
+            self._programs[pkey] = prog
+            self._traces += 1
+        return prog, w_leaves, in_leaves, w_tree, in_tree
+
+    def _miss(self, args, kwargs, w_leaves, w_tree, ins):
+        if any(map(ji.is_tracer, w_leaves)):
+            # Under an outer jit/grad the weights are abstract: there is nothing to cache, and the
+            # outer transformation should see `f` itself.
+            return self._f(*args, **kwargs)
+        if any(isinstance(x, np.ndarray) for x in w_leaves):
+            w = self._partition(args, kwargs)[0]
+            path, x = next(
+                (p, x)
+                for p, x in jax.tree_util.tree_flatten_with_path(w)[0]
+                if isinstance(x, np.ndarray)
+            )
+            raise MutableWeightsError(
+                f"weight leaf {jax.tree_util.keystr(path)} is a mutable numpy array "
+                f"(shape {x.shape}); the cache keys on array identity",
+                fix="convert the weights once: `model = jax.tree.map(jnp.asarray, model)`",
+            )
+        prog, w_leaves, in_leaves, w_tree, in_tree = self._program(args, kwargs)
+        entry = self._entry(w_leaves, w_tree)
+        w_dyn = [x for x in w_leaves if is_array(x)]
+        psig = prog.prepare_signature
+        boundary = entry.prepared.get(psig)
+        if boundary is None:
+            boundary = prog.prepare(w_dyn)
+            if any(map(ji.is_tracer, boundary)):
+                return self._f(*args, **kwargs)  # staged by an outer trace: do not cache tracers
+            entry.prepared[psig] = boundary
+            self._prepare_runs += 1
+        dyn = [i for i, x in enumerate(in_leaves) if is_array(x)]
+        run = (
+            prog.main,
+            boundary,
+            prog.per_call(w_dyn),
+            None if len(dyn) == len(in_leaves) else dyn,
+        )
+        keys = tuple(map(leaf_key, in_leaves))
+        entry.runs[(in_tree, keys)] = run
+        entry.last = (in_tree, keys, run)
+        self._last = entry
+        self._last_program = (prog, sum(ji.nbytes(jax.typeof(x)) for x in w_dyn))
+        return prog.main(boundary, run[2], [in_leaves[i] for i in dyn])
+
+    def _entry(self, w_leaves: list, w_tree) -> _Entry:
+        # Arrays by identity (held by the entry, so their ids stay theirs), statics by value.
+        key = (w_tree, tuple(id(x) if is_array(x) else leaf_key(x) for x in w_leaves))
+        entry = self._entries.get(key)
+        if entry is not None and all(
+            a is b for a, b in zip(w_leaves, entry.w_leaves) if is_array(a)
+        ):
+            self._entries.move_to_end(key)
+            entry.w_leaves = list(w_leaves)  # equal statics, now the objects the fast path sees
+            return entry
+        entry = _Entry(list(w_leaves), w_tree)
+        self._entries[key] = entry
+        while len(self._entries) > self._cache_size:
+            self._entries.popitem(last=False)
+        return entry
+
+    # --- introspection ----------------------------------------------------------------------------
+
+    def report(self) -> HoistReport:
+        """What the last call's program hoisted: ops, bytes prepared, bytes of weights, counters.
+
+        Raises:
+            NotTracedError: (E1503) before the first call.
+        """
+        if self._last_program is None:
+            raise NotTracedError(
+                f"`{getattr(self._f, '__name__', 'f')}` has not been called yet, so nothing was "
+                "split",
+                fix="call it once first, or use `prepare_jaxpr(...)` / `main_jaxpr(...)`",
+            )
+        prog, weight_bytes = self._last_program
+        return HoistReport.of(prog.split, weight_bytes, self._prepare_runs, self._traces)
+
+    def prepare_jaxpr(self, *args, **kwargs) -> ji.ClosedJaxpr:
+        """The prepare program for these arguments (arrays or `jax.ShapeDtypeStruct`s):
+        weight leaves in, the tensors main reads out. Printable like `jax.make_jaxpr`'s result."""
+        return self._program(args, kwargs)[0].split.prepare
+
+    def main_jaxpr(self, *args, **kwargs) -> ji.ClosedJaxpr:
+        """The per-call program: (boundary tensors, per-call weights, inputs) -> outputs."""
+        return self._program(args, kwargs)[0].split.main
+
+    def clear(self) -> None:
+        """Drops every cached prepared tensor and the references to the weights they came from."""
+        self._entries.clear()
+        self._last = None
+
+
+def hoist(
+    f: Callable | None = None,
+    *,
+    weights: int | Sequence[int] = 0,
+    max_prepared_bytes: int | None = None,
+    cut_broadcasts: bool = True,
+    cache_size: int = 1,
+) -> Hoisted | Callable[[Callable], Hoisted]:
+    """Splits `f(model, *inputs)` into weight-only work, run once per set of weights, and the rest.
+
+    On the first call `f` is traced; every operation reachable only from the weights (and
+    constants) goes to a *prepare* program, run once and cached against the identity of the
+    weight arrays; the rest goes to a *main* program, compiled once and run on every call with the
+    prepared tensors as arguments. New weight arrays re-run prepare only; main is not recompiled
+    while shapes stay the same. Results equal `jax.jit(f)`'s.
+
+    Never cached: random bits and anything derived from a PRNG key (keys in the weights count as
+    per-call inputs), and side effects. Non-array leaves are static configuration, hashed into the
+    cache key. Under an outer `jit`/`grad`/`vmap` over the weights, `f` is simply inlined.
+
+    Args:
+        f: the function, `f(model, *inputs, **kwargs)`; usable as a decorator without it.
+        weights: the positional argument(s) of `f` holding the weights (pytrees of arrays).
+        max_prepared_bytes: upper bound on the bytes of computed tensors the cache holds (beyond
+            the weights); the largest are left to main until it fits. None: no bound.
+        cut_broadcasts: cache a small tensor rather than its broadcast (the broadcast runs in
+            main), so prepared bytes stay close to the weights' own.
+        cache_size: how many sets of weights to keep prepared (least recently used is dropped).
+
+    Returns:
+        A `Hoisted` callable with the signature of `f`, plus `report()`, `prepare_jaxpr(...)`,
+        `main_jaxpr(...)` and `clear()`.
+
+    Example:
+        >>> fast = sm.hoist(forward)
+        >>> y = fast(model, x)            # traces, prepares, runs main
+        >>> y = fast(model, x2)           # main only
+        >>> print(fast.report())
+    """
+
+    def wrap(fn: Callable) -> Hoisted:
+        return Hoisted(fn, weights, max_prepared_bytes, cut_broadcasts, cache_size)
+
+    return wrap if f is None else wrap(f)

@@ -1,0 +1,177 @@
+"""The int8 transformer's errors and warnings (codes E1601..E1699)."""
+
+from __future__ import annotations
+
+from .._errors import ShapemlError
+
+__all__ = [
+    "Int8AccumulatorError",
+    "Int8ExpTableError",
+    "Int8FileError",
+    "Int8PositionError",
+    "Int8PromptError",
+    "Int8RequantError",
+    "Int8ShapeError",
+    "Int8SizeError",
+    "Int8TensorParallelError",
+    "Int8TokenError",
+    "Int8ValueError",
+]
+
+
+class Int8FileError(
+    ShapemlError,
+    KeyError,
+    code="E1601",
+    title="int8 model file: bad key",
+    explanation="""
+An int8 model file (JSON, schema in docs/int8.md) is missing a key the schema requires, has a key
+it does not define, or holds a value of the wrong JSON type (e.g. a string where a list of integers
+belongs). Every key is checked before any array is built, and the error names the field.
+
+Fix the exporter that wrote the file, or regenerate it with `shapeml int8 train`.
+""",
+):
+    def __str__(self) -> str:  # KeyError would otherwise quote the whole message
+        return ShapemlError.__str__(self)
+
+
+class Int8ShapeError(
+    ShapemlError,
+    ValueError,
+    code="E1602",
+    title="int8 model file: wrong length",
+    explanation="""
+A tensor in an int8 model file does not have the number of elements its dims imply, e.g. `wq` must
+hold d*d integers (row-major) and `positions` ctx*d. The message names the tensor, the expected and
+the actual count.
+""",
+):
+    pass
+
+
+class Int8ValueError(
+    ShapemlError,
+    ValueError,
+    code="E1603",
+    title="int8 model file: value out of range",
+    explanation="""
+A weight of an int8 model file lies outside the int8 range [-128, 127], or is not an integer. The
+message names the tensor, the first offending index and its value. Quantize (clip) before export.
+""",
+):
+    pass
+
+
+class Int8ExpTableError(
+    ShapemlError,
+    ValueError,
+    code="E1604",
+    title="bad softmax exp table",
+    explanation="""
+The softmax exp table must hold 1..128 integers, start with a positive entry, never increase
+(table[i+1] <= table[i]), and stay within [0, 32767]. A table that grows with the distance from the
+row maximum would weigh far-away scores more than the maximum, and an empty table has nothing to
+look up.
+""",
+):
+    pass
+
+
+class Int8RequantError(
+    ShapemlError,
+    ValueError,
+    code="E1605",
+    title="requant pair out of range",
+    explanation="""
+A requant pair (M, S) computes `clip((x*M + 2**(S-1)) >> S, -128, 127)` in int64. The multiplier
+must satisfy 1 <= M <= 2**31 - 1 and the shift 1 <= S <= 62, so that x*M + 2**(S-1) cannot
+overflow int64 for any int32 accumulator x. (A missing requant point is E1601.)
+""",
+):
+    pass
+
+
+class Int8AccumulatorError(
+    ShapemlError,
+    ValueError,
+    code="E1606",
+    title="int32 accumulator could overflow",
+    explanation="""
+The decode step accumulates int8 x int8 products in int32. For the model's sizes, the worst-case
+magnitude of some accumulator (listed in docs/int8.md, "Overflow bounds") would exceed 2**31 - 1, so
+the integer pipeline could wrap silently. Reduce the named dimension (or the exp table's first
+entry, for the softmax sum).
+""",
+):
+    pass
+
+
+class Int8SizeError(
+    ShapemlError,
+    ValueError,
+    code="E1607",
+    title="bad int8 model dims",
+    explanation="""
+The dims of an int8 model must be positive integers within sane limits (d, d_ff <= 8192,
+vocab <= 65536, ctx <= 8192, at most 2**26 weights in all), and heads must divide d. The check runs
+before any tensor is read, so an absurd size is refused without allocating it.
+""",
+):
+    pass
+
+
+class Int8TokenError(
+    ShapemlError,
+    IndexError,
+    code="E1608",
+    title="token outside the vocabulary",
+    explanation="""
+A prompt token is not an index of the model's vocabulary (0 <= token < vocab), or a prompt text
+holds a character that no token spells. Tokens are never clamped into range.
+""",
+):
+    pass
+
+
+class Int8PromptError(
+    ShapemlError,
+    ValueError,
+    code="E1609",
+    title="prompt does not fit the context",
+    explanation="""
+Every token the decode feeds needs a row of the positional table, so a trace of a prompt of length
+p plus n generated tokens feeds p + n - 1 tokens and needs p + n - 1 <= ctx. The prompt must also
+hold at least one token. Shorten the prompt or ask for fewer tokens.
+""",
+):
+    pass
+
+
+class Int8PositionError(
+    ShapemlError,
+    IndexError,
+    code="E1610",
+    title="decode position out of range",
+    explanation="""
+`decode_step(tok, pos, cache)` writes row `pos` of the KV cache and reads the positional table's row
+`pos`, so 0 <= pos < ctx must hold; the cache must be the model's (`init_cache()`: a KVCache, int8
+[1 1 ctx heads d/heads]). Indices are
+never clamped.
+""",
+):
+    pass
+
+
+class Int8TensorParallelError(
+    ShapemlError,
+    ValueError,
+    code="E1611",
+    title="tensor-parallel degree does not fit",
+    explanation="""
+Tensor parallel decode splits the heads and the FFN columns evenly over tp devices, so tp must
+divide both `heads` and `d_ff`, and the process must see at least tp JAX devices (on CPU, set
+XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts).
+""",
+):
+    pass

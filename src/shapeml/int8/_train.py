@@ -1,0 +1,147 @@
+"""Training the float model that `shapeml int8` quantizes: `models.transformer.Transformer`, L = 1.
+
+The float model is the shared decoder of `shapeml.models.transformer` with one layer. It is trained
+with `shapeml.optim.adamw` on the sorting corpus (`_corpus.py`), then quantized (`_quantize.py`).
+Everything is seeded, so the same call reproduces the shipped model file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .. import optim
+from .._grad import value_and_grad
+from ..models import save as save_model
+from ..models import transformer as tfm
+from . import _corpus
+from ._model import Int8Model
+from ._quantize import quantize
+
+__all__ = ["TrainConfig", "evaluate", "float_accuracy", "train_float", "train_int8"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Sizes and schedule of the shipped model (defaults reproduce `tiny_transformer.json`)."""
+
+    d: int = 32
+    heads: int = 4
+    d_ff: int = 64
+    ctx: int = 64
+    steps: int = 1500
+    batch: int = 64
+    lr: float = 3e-3
+    warmup: int = 100
+    weight_decay: float = 0.01
+    train_sequences: int = 20000
+    calib_sequences: int = 256
+    eval_sequences: int = 300
+    seed: int = 0
+
+
+def _jit_step():
+    @jax.jit
+    def step(m, opt, batch):
+        loss, g = value_and_grad(tfm.loss, m, batch)
+        m, opt = optim.update(m, opt, g)
+        return m, opt, loss
+
+    return step
+
+
+def float_accuracy(m: tfm.Transformer, seqs: np.ndarray) -> float:
+    """Greedy next-token accuracy of the float model on the answer positions of `seqs` [n T]."""
+    logits = np.asarray(jax.jit(tfm.forward)(m, jnp.asarray(seqs)))
+    pred = logits[:, :-1].argmax(-1)
+    mask = _corpus.answer_mask(seqs)
+    return float((pred == seqs[:, 1:])[mask].mean())
+
+
+def train_float(cfg: TrainConfig = TrainConfig(), *, log=None) -> tuple[tfm.Transformer, dict]:
+    """Trains the one-layer float transformer on the sorting corpus.
+
+    Returns:
+        `(model, stats)`: stats holds the final loss, the held-out answer accuracy and seconds.
+    """
+    t0 = time.perf_counter()
+    V = len(_corpus.TOKENS)
+    m = tfm.Transformer.init(seed=cfg.seed, V=V, T=cfg.ctx, D=cfg.d, H=cfg.heads, F=cfg.d_ff, L=1)
+    sched = optim.warmup(cfg.warmup, optim.cosine(cfg.lr, cfg.steps - cfg.warmup))
+    opt = optim.adamw(m, lr=sched, weight_decay=cfg.weight_decay)
+    data = _corpus.make_sequences(cfg.train_sequences, cfg.ctx, seed=cfg.seed + 1)
+    rng = np.random.default_rng(cfg.seed + 2)
+    step = _jit_step()
+    loss = jnp.nan
+    for i in range(cfg.steps):
+        idx = rng.integers(0, len(data), size=cfg.batch)
+        m, opt, loss = step(m, opt, jnp.asarray(data[idx]))
+        if log is not None and (i % 500 == 0 or i == cfg.steps - 1):
+            log(f"step {i:5d}  loss {float(loss):.4f}")
+    held_out = _corpus.make_sequences(2000, cfg.ctx, seed=cfg.seed + 1000)
+    stats = {
+        "final_loss": float(loss),
+        "float_answer_accuracy": float_accuracy(m, held_out),
+        "train_seconds": time.perf_counter() - t0,
+    }
+    return m, stats
+
+
+def evaluate(q: Int8Model, m: tfm.Transformer, seqs: np.ndarray) -> dict[str, float]:
+    """Greedy next tokens of the int8 model (`prompt_next_tokens`) and of the float model on
+    held-out sequences [n T]: accuracies on the answer positions, and how often the two agree
+    (on the answer positions, and on every position)."""
+    fl = np.asarray(jax.jit(tfm.forward)(m, jnp.asarray(seqs)))[:, :-1].argmax(-1)
+    iq = np.array([q.prompt_next_tokens(row.tolist())[:-1] for row in seqs])
+    mask = _corpus.answer_mask(seqs)
+    truth = seqs[:, 1:]
+    return {
+        "int8_answer_accuracy": float((iq == truth)[mask].mean()),
+        "float_answer_accuracy": float((fl == truth)[mask].mean()),
+        "agreement_answer_positions": float((iq == fl)[mask].mean()),
+        "agreement_all_positions": float((iq == fl).mean()),
+        "answer_positions": int(mask.sum()),
+    }
+
+
+def train_int8(
+    cfg: TrainConfig = TrainConfig(),
+    *,
+    out: str | None = None,
+    float_out: str | None = None,
+    log=None,
+) -> tuple[Int8Model, tfm.Transformer]:
+    """Trains the float model, quantizes it (calibrated on corpus samples), evaluates both on
+    held-out sequences and, with `out`, writes the int8 model file (and, with `float_out`, the
+    float weights as safetensors via `sm.save`).
+
+    Returns:
+        `(int8_model, float_model)`; the evaluation is in `int8_model.meta["eval"]`.
+    """
+    m, stats = train_float(cfg, log=log)
+    calib = _corpus.make_sequences(cfg.calib_sequences, cfg.ctx, seed=cfg.seed + 500)
+    meta = {
+        "description": "one-layer int8 transformer sorting sets of letters (shapeml.int8._corpus)",
+        "example": "fcak>acfk|",
+        "train": dataclasses.asdict(cfg),
+        "final_loss": stats["final_loss"],
+    }
+    q = Int8Model.from_json(quantize(m, calib, _corpus.TOKENS, meta))
+    held_out = _corpus.make_sequences(cfg.eval_sequences, cfg.ctx, seed=cfg.seed + 1000)
+    report = evaluate(q, m, held_out)
+    q = Int8Model.from_json(dict(q.to_dict(), meta=dict(q.meta, eval=report)))
+    if log is not None:
+        log(
+            ", ".join(
+                f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in report.items()
+            )
+        )
+    if out is not None:
+        q.save(out)
+    if float_out is not None:
+        save_model(float_out, m)
+    return q, m

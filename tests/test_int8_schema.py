@@ -1,0 +1,148 @@
+"""Loading and validating int8 model files: round trips and every validation error."""
+
+import copy
+import json
+
+import numpy as np
+import pytest
+
+from shapeml import ShapemlError, int8
+from shapeml.int8 import Int8Model
+
+
+@pytest.fixture(scope="module")
+def base():
+    return Int8Model.random(0, d=16, heads=2, d_ff=24, vocab=7, ctx=5, table_len=9).to_dict()
+
+
+def bad(base, edit):
+    obj = copy.deepcopy(base)
+    edit(obj)
+    return obj
+
+
+def test_round_trip_through_a_file(base, tmp_path):
+    m = Int8Model.from_json(base)
+    path = tmp_path / "m.json"
+    m.save(path)
+    m2 = Int8Model.from_json(path)
+    assert m2.to_dict() == base
+    assert m2.generate([1, 2], 3) == m.generate([1, 2], 3)
+    assert json.loads(path.read_text())["format"] == int8.FORMAT
+    assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+
+
+def _set(path, value):
+    def edit(obj):
+        *head, last = path
+        for k in head:
+            obj = obj[k]
+        obj[last] = value
+
+    return edit
+
+
+def _del(path):
+    def edit(obj):
+        *head, last = path
+        for k in head:
+            obj = obj[k]
+        del obj[last]
+
+    return edit
+
+
+CASES = [
+    # (edit, error class, code, text the message must contain)
+    (_del(["tensors"]), int8.Int8FileError, "E1601", "missing the key `tensors`"),
+    (_del(["tensors", "w1"]), int8.Int8FileError, "E1601", "`tensors` is missing the key `w1`"),
+    (
+        _del(["requant", "score"]),
+        int8.Int8FileError,
+        "E1601",
+        "`requant` is missing the key `score`",
+    ),
+    (_set(["tensors", "w3"], [1]), int8.Int8FileError, "E1601", "`w3`"),
+    (_set(["dim"], {}), int8.Int8FileError, "E1601", "similar name exists: `dims`"),
+    (_set(["format"], "other"), int8.Int8FileError, "E1601", "`format`"),
+    (
+        _set(["tensors", "wq"], "abc"),
+        int8.Int8FileError,
+        "E1601",
+        "`tensors.wq` must be a flat list",
+    ),
+    (_set(["tokens"], ["a"] * 7), int8.Int8FileError, "E1601", "'a'"),
+    (_set(["meta"], [1]), int8.Int8FileError, "E1601", "`meta`"),
+    (_set(["tensors", "wq"], [0] * 255), int8.Int8ShapeError, "E1602", "needs 256"),
+    (_set(["tensors", "positions"], [0] * 81), int8.Int8ShapeError, "E1602", "ctx x d"),
+    (_set(["tokens"], ["a", "b"]), int8.Int8ShapeError, "E1602", "dims.vocab = 7"),
+    (_set(["tensors", "w2", 5], 128), int8.Int8ValueError, "E1603", "`tensors.w2[5]` = 128"),
+    (_set(["tensors", "eq", 0], -129), int8.Int8ValueError, "E1603", "-129"),
+    (_set(["tensors", "wv", 3], 1.5), int8.Int8ValueError, "E1603", "`tensors.wv[3]` = 1.5"),
+    (_set(["tensors", "wv", 2], True), int8.Int8ValueError, "E1603", "`tensors.wv[2]` = True"),
+    (_set(["exp_table"], []), int8.Int8ExpTableError, "E1604", "holds 0"),
+    (_set(["exp_table"], [100, 50, 60]), int8.Int8ExpTableError, "E1604", "index 2: 50 then 60"),
+    (_set(["exp_table"], [0, 0]), int8.Int8ExpTableError, "E1604", "`exp_table[0]` is 0"),
+    (_set(["exp_table"], [40000, 1]), int8.Int8ExpTableError, "E1604", "40000"),
+    (_set(["exp_table"], [5] * 129), int8.Int8ExpTableError, "E1604", "holds 129"),
+    (_set(["exp_table"], "x"), int8.Int8FileError, "E1601", "`exp_table`"),
+    (_set(["requant", "w1"], [1, 63]), int8.Int8RequantError, "E1605", "`requant.w1` shift S = 63"),
+    (_set(["requant", "q"], [1, 0]), int8.Int8RequantError, "E1605", "shift S = 0"),
+    (
+        _set(["requant", "wo"], [2**31, 5]),
+        int8.Int8RequantError,
+        "E1605",
+        "multiplier M = 2147483648",
+    ),
+    (_set(["requant", "v"], [0, 5]), int8.Int8RequantError, "E1605", "M = 0"),
+    (_set(["requant", "k"], [3]), int8.Int8RequantError, "E1605", "pair [M, S]"),
+    (_set(["dims", "d"], 200_000), int8.Int8AccumulatorError, "E1606", "d * 128 * 128"),
+    (_set(["dims", "d_ff"], 140_000), int8.Int8AccumulatorError, "E1606", "d_ff * 127 * 128"),
+    (_set(["dims", "ctx"], 10**6), int8.Int8AccumulatorError, "E1606", "ctx"),
+    (_set(["dims", "vocab"], 10**9), int8.Int8SizeError, "E1607", "`dims.vocab` = 1000000000"),
+    (_set(["dims", "heads"], 3), int8.Int8SizeError, "E1607", "does not divide `dims.d`=16"),
+    (_set(["dims", "ctx"], 0), int8.Int8SizeError, "E1607", "`dims.ctx` must be a positive"),
+    (_set(["dims", "d"], "16"), int8.Int8SizeError, "E1607", "`dims.d`"),
+    (_set(["dims", "d_ff"], 8000), int8.Int8SizeError, "E1607", "weights"),
+]
+
+
+@pytest.mark.parametrize("edit,cls,code,text", CASES, ids=[c[3][:30] for c in CASES])
+def test_every_validation_error(base, edit, cls, code, text):
+    obj = bad(base, edit)
+    if code == "E1607" and text == "weights":  # within every cap, too many weights in all
+        obj["dims"].update(d=8192, d_ff=8192, heads=1)
+    with pytest.raises(cls) as info:
+        Int8Model.from_json(obj)
+    err = info.value
+    assert isinstance(err, ShapemlError) and err.code == code
+    assert text in str(err), str(err)
+    assert "help:" in str(err)
+
+
+def test_not_an_object(tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text("[1, 2]")
+    with pytest.raises(int8.Int8FileError, match="must be a JSON object"):
+        Int8Model.from_json(path)
+
+
+def test_absurd_sizes_fail_before_allocation(base):
+    # tensors are still the small ones: the dims check must fire first, without building arrays
+    obj = bad(base, _set(["dims", "vocab"], 60000))
+    obj["dims"]["ctx"] = 8000
+    obj["dims"]["d"] = 8192
+    obj["dims"]["heads"] = 1
+    with pytest.raises(int8.Int8SizeError, match="weights"):
+        Int8Model.from_json(obj)
+
+
+def test_bounds_and_summary(base):
+    m = Int8Model.from_json(base)
+    b = m.bounds()
+    assert b["q/k/v (x @ Wq|Wk|Wv)"][0] == 16 * 128 * 128
+    assert b["softmax (254 * e + sum e)"][0] == (254 + 5) * int(m.exp_table[0])
+    assert all(v < 2**31 for v, _ in b.values())
+    s = m.summary()
+    assert "wq" in s and "M=" in s and "2147483647" in s
+    assert np.asarray(m.tensors["w1"]).shape == (16, 24)
