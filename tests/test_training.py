@@ -214,3 +214,10 @@ def test_cli_train_and_eval_end_to_end(tmp_path):
     ).stdout
     for flag in ("--steps", "--batch-size", "--lr", "--devices", "--checkpoint", "--resume"):
         assert flag in helped
+
+
+def test_importing_shapeml_leaves_jax_backend_unstarted():
+    # so XLA_FLAGS (e.g. forced host devices) set after `import shapeml` still take effect
+    code = "import shapeml, shapeml._jax_internals as j; print(j.backend_started())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

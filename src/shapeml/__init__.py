@@ -1,16 +1,18 @@
 """shapeml: models whose every tensor has a declared, checked shape, on JAX.
 
 This file only re-exports the public API; each name lives in the module its folder suggests.
-Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.state`, `shapeml.int8`, `shapeml.data`,
-`shapeml.testing`.
+Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.training`, `shapeml.state`,
+`shapeml.hoisting`, `shapeml.int8`, `shapeml.data`, `shapeml.testing`.
 """
 
 from . import data as data
+from . import hoisting as hoisting
 from . import int8 as int8
 from . import models as models
 from . import optim as optim
 from . import state as state
 from . import testing as testing
+from . import training as training
 from ._dead_params import DeadParamWarning as DeadParamWarning
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
@@ -45,3 +47,48 @@ from .models import uniform as uniform
 from .models import zeros as zeros
 from .optim import load_checkpoint as load_checkpoint
 from .optim import save_checkpoint as save_checkpoint
+
+__all__ = [
+    "bake",
+    "buffer",
+    "buffers",
+    "count_params",
+    "data",
+    "DeadParamWarning",
+    "Dims",
+    "explain",
+    "export",
+    "full",
+    "Grad",
+    "grad",
+    "hoist",
+    "Hoisted",
+    "hoisting",
+    "HoistReport",
+    "int8",
+    "load",
+    "load_checkpoint",
+    "load_exported",
+    "Model",
+    "models",
+    "norm",
+    "normal",
+    "ones",
+    "optim",
+    "param",
+    "params",
+    "save",
+    "save_checkpoint",
+    "shaped",
+    "ShapemlError",
+    "ShapemlWarning",
+    "state",
+    "submodel",
+    "submodels",
+    "testing",
+    "training",
+    "uniform",
+    "value_and_grad",
+    "zeros",
+    "__version__",
+]

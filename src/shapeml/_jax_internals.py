@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 import jax
 import jax.extend.core as jex
 from jax._src import core as _core
+from jax._src.array import ArrayImpl as ArrayImpl  # the concrete array type: a fast type check
 from jax._src.interpreters import partial_eval as _pe
 from jax._src.pjit import jit_p as _jit_p
 
@@ -256,3 +257,10 @@ def prune(closed: ClosedJaxpr, keep_inputs: bool = False) -> tuple[ClosedJaxpr, 
 def is_tracer(x) -> bool:
     """Whether `x` is an abstract value being traced (under an outer jit, grad, vmap, ...)."""
     return isinstance(x, _core.Tracer)
+
+
+def backend_started() -> bool:
+    """Whether JAX has created its backends (after which XLA_FLAGS no longer take effect)."""
+    from jax._src import xla_bridge
+
+    return bool(xla_bridge._backends)
