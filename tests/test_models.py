@@ -310,3 +310,19 @@ def test_init_takes_a_key_and_vmaps_over_seeds_into_an_ensemble():
     ensemble = jax.vmap(lambda s: Net.init(seed=s))(jnp.arange(3))
     assert ensemble.emb.shape == (3, 11, 8) and ensemble.dims == Net.dims
     np.testing.assert_array_equal(ensemble.blocks[1].w2[2], Net.init(seed=2).blocks[1].w2)
+
+
+def test_host_values_that_would_change_meaning_are_refused():
+    class Q(sm.Model):
+        dims = sm.Dims(D=2)
+        q: Int[Array, " D"] = sm.buffer(sm.zeros, dtype=jnp.int8)
+        w: Float[Array, " D"] = sm.param(sm.zeros)
+
+    m = Q.init()
+    assert m.replace(q=np.array([100, -5])).q.dtype == jnp.int8  # int64 values that fit: fine
+    with pytest.raises(sm.ShapemlError, match="E0902") as e:
+        m.replace(q=np.array([300, -1000]))
+    assert "the value -1000 does not fit in int8 (-128..127)" in str(e.value)
+    with pytest.raises(sm.ShapemlError, match="E0902") as e:
+        m.replace(w=np.array([1e40, 0.0]))
+    assert "overflows float32" in str(e.value)

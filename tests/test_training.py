@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jaxtyping import Array, Float
 
 import shapeml as sm
 from shapeml import optim
@@ -55,7 +56,7 @@ def test_loss_falls_and_history_is_logged(small_data, capsys):
     assert "40/40" in capsys.readouterr().err  # the progress bar
 
 
-def test_step_compiles_once_and_donates(small_data):
+def test_step_compiles_once_donates_its_own_buffers_and_keeps_the_callers(small_data):
     m, opt = make()
     step = TrainStep(spotter_loss, m, opt, has_aux=True)
     img, y = (jnp.asarray(a[:32]) for a in small_data)
@@ -63,7 +64,35 @@ def test_step_compiles_once_and_donates(small_data):
     for _ in range(3):
         step(img, y)
     assert step.compiled_count() == 1
-    assert before.is_deleted()  # the old weights were donated and updated in place
+    assert before.is_deleted()  # the step's weights were donated and updated in place
+    assert float(jnp.sum(m.w_e)) == float(jnp.sum(Spotter.init(seed=0).w_e))  # caller's intact
+    assert int(opt.step) == 0 and int(step.opt.step) == 3
+
+
+def test_nonfinite_weights_are_never_checkpointed(tmp_path):
+    class One(sm.Model):
+        dims = sm.Dims(D=2)
+        w: Float[Array, " D"] = sm.param(sm.zeros)
+
+    def loss(m, x):  # finite at w = 0, but its gradient there is infinite
+        return jnp.sum(jnp.sqrt(jnp.abs(m.w) * x))
+
+    m = One.init()
+    ckpt = tmp_path / "c.safetensors"
+    with pytest.raises(FloatingPointError, match="E1701") as e:
+        train(
+            loss,
+            m,
+            optim.sgd(m, lr=0.1),
+            ((np.ones(2, np.float32),) for _ in range(9)),
+            steps=4,
+            checkpoint=ckpt,
+            checkpoint_every=1,
+            log_every=1,
+            progress=False,
+        )
+    assert "after step 1 the params `w` hold NaN or inf" in str(e.value)
+    assert not ckpt.exists()
 
 
 def test_resume_equals_uninterrupted_run(small_data, tmp_path):

@@ -264,3 +264,8 @@ def backend_started() -> bool:
     from jax._src import xla_bridge
 
     return bool(xla_bridge._backends)
+
+
+def compiled_count(jitted: Callable) -> int:
+    """How many programs a `jax.jit`-wrapped function has compiled so far."""
+    return jitted._cache_size()

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._cast import cast_host_array
 from .._errors import ShapemlError, similar
 from ._dims import Dims, DimsError
 from ._fields import FieldDeclarationError, FieldSpec, complete_spec, spec_of
@@ -346,11 +347,11 @@ def _check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         value = np.asarray(value)
     if isinstance(value, np.ndarray) and not isinstance(value, jax.Array):
-        same_kind = np.dtype(value.dtype).kind == spec.dtype.kind or (
-            spec.dtype.kind == "f" and value.dtype.kind in "iu"
-        )
-        if same_kind:
-            value = jnp.asarray(value, spec.dtype)
+        converted, why = cast_host_array(value, spec.dtype)
+        if why and tuple(value.shape) == expected:
+            return value, f"{name}: {why}"
+        if converted is not None:
+            value = jnp.asarray(converted)
     shape, dtype = tuple(value.shape), np.dtype(value.dtype)
     if shape != expected or dtype != spec.dtype:
         return value, (

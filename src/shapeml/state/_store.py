@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._cast import cast_host_array
 from .._errors import similar
 from ._decl import Decl, ParamDecl, StateDecl
 from ._errors import (
@@ -224,12 +225,11 @@ class Store:
             if tuple(arr.shape) != tuple(shape):
                 problems.append(f"`{key}` has shape {tuple(arr.shape)}, expected {tuple(shape)}")
                 continue
-            if np.dtype(arr.dtype).kind != dtype.kind and not (
-                dtype.kind in "fc" and arr.dtype.kind in "iu"
-            ):
-                problems.append(f"`{key}` has dtype {arr.dtype}, expected {dtype} (another kind)")
+            cast, why = cast_host_array(arr, dtype)
+            if why:
+                problems.append(f"`{key}`: {why}")
                 continue
-            converted[key] = np.array(arr, dtype=dtype, copy=True)
+            converted[key] = np.array(cast, copy=True)
         if problems:
             raise LoadStateDictError(
                 f"cannot load the state dict into `{self.graph_name}` ({len(problems)} "

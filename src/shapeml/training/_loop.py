@@ -21,7 +21,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._errors import ShapemlError
-from ..models import Model
+from ..models import Model, params
 from ..optim import Optimizer, load_checkpoint, save_checkpoint
 from ._step import TrainStep, make_mesh
 
@@ -34,8 +34,9 @@ class TrainingDivergedError(
     code="E1701",
     title="training loss is not finite",
     explanation="""
-The training loss became NaN or infinite. Training stopped at the log point that saw it; the last
-checkpoint written before it holds finite weights and was not overwritten.
+The training loss, or a weight, became NaN or infinite. Training stopped at the log point or
+checkpoint that saw it; the last checkpoint written before it holds finite weights (every checkpoint
+is checked before it is written) and was not overwritten.
 
 Lower the learning rate, add or tighten gradient clipping (`transforms=[optim.clip_norm(1.0)]`),
 or check the data for NaNs. Resume from the last good checkpoint with `resume=True`.
@@ -117,13 +118,8 @@ def train(
         losses = [float(v[0] if has_aux else v) for v in values]
         for (i, _), value in zip(pending, losses):
             if not math.isfinite(value):
-                where = (
-                    f"the last good checkpoint is `{last_good[1]}` (step {last_good[0]})"
-                    if last_good
-                    else "no checkpoint was written before it"
-                )
                 raise TrainingDivergedError(
-                    f"the loss is {value} at step {i + 1}; {where}",
+                    f"the loss is {value} at step {i + 1}; {_where(last_good)}",
                     fix="lower the learning rate or clip gradients, then resume from the checkpoint",
                 )
         record = {"step": at, "loss": float(np.mean(losses))}
@@ -156,6 +152,7 @@ def train(
             flush(at)
         if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
             flush(at)
+            check_finite_weights(step.model, at, last_good)
             save_checkpoint(checkpoint, step.model, step.opt)
             last_good = (at, str(checkpoint))
         if eval_fn is not None and eval_every and at % eval_every == 0 and at != steps:
@@ -165,8 +162,27 @@ def train(
     if eval_fn is not None:
         history.append({"step": steps, **eval_fn(step.model)})
     if checkpoint is not None:
+        check_finite_weights(step.model, steps, last_good)
         save_checkpoint(checkpoint, step.model, step.opt)
     return TrainResult(step.model, step.opt, history)
+
+
+def _where(last_good: tuple[int, str] | None) -> str:
+    if last_good:
+        return f"the last good checkpoint is `{last_good[1]}` (step {last_good[0]})"
+    return "no checkpoint was written before it"
+
+
+def check_finite_weights(model: Model, at: int, last_good: tuple[int, str] | None) -> None:
+    """Refuses to go on (or checkpoint) once a weight is NaN or infinite: one fused reduction."""
+    leaves = [x for x in jax.tree.leaves(model) if jnp.issubdtype(x.dtype, jnp.inexact)]
+    if not bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))):
+        bad = [k for k, v in params(model).items() if not bool(jnp.all(jnp.isfinite(v)))]
+        raise TrainingDivergedError(
+            f"after step {at} the params {', '.join(f'`{k}`' for k in bad)} hold NaN or inf "
+            f"(the loss was still finite); {_where(last_good)}",
+            fix="lower the learning rate or clip gradients, then resume from the checkpoint",
+        )
 
 
 def predict_in_batches(

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
+from .. import _jax_internals as jxi
 from .._grad import value_and_grad
 from ..models import Model
 from ..optim import Optimizer, update
@@ -39,8 +41,9 @@ class TrainStep:
     ):
         self.loss = loss
         self.has_aux = has_aux
-        self._model_leaves, self._model_def = jax.tree.flatten(model)
-        self._opt_leaves, self._opt_def = jax.tree.flatten(opt)
+        # Copies: the step donates its buffers, and the caller's model must stay readable.
+        self._model_leaves, self._model_def = jax.tree.flatten(jax.tree.map(jnp.copy, model))
+        self._opt_leaves, self._opt_def = jax.tree.flatten(jax.tree.map(jnp.copy, opt))
         self.mesh = mesh
         self._data_axis = data_axis
         if mesh is not None:
@@ -80,7 +83,7 @@ class TrainStep:
 
     def compiled_count(self) -> int:
         """How many distinct programs this step has compiled (1 in a healthy training run)."""
-        return self._step._cache_size()
+        return jxi.compiled_count(self._step)
 
 
 def make_mesh(devices: int | Sequence[jax.Device], axis: str = "data") -> jax.sharding.Mesh:
