@@ -152,3 +152,14 @@ def test_bfloat16_and_bool_round_trip(tmp_path):
 
     m = Half.init(seed=0)
     assert_same(sm.load(sm.save(tmp_path / "half.safetensors", m), Half), m)
+
+
+def test_save_refuses_what_load_could_not_read_and_missing_folders(tmp_path):
+    ensemble = jax.vmap(lambda s: Net.init(seed=s))(jnp.arange(3))
+    with pytest.raises(sm.ShapemlError, match="E0902") as e:
+        sm.save(tmp_path / "ens.safetensors", ensemble)
+    assert "save each member of an ensemble" in str(e.value)
+    assert not (tmp_path / "ens.safetensors").exists()
+    with pytest.raises(FileNotFoundError, match="E1305") as e:
+        sm.save(tmp_path / "no" / "such" / "net.safetensors", Net.init())
+    assert "the folder" in str(e.value) and "no/such" in str(e.value)

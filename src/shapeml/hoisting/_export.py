@@ -11,7 +11,6 @@ import base64
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,6 +21,7 @@ import safetensors
 import safetensors.numpy
 
 from .. import _jax_internals as ji
+from .._atomic import atomic_write
 from .._version import __version__
 from ._errors import ArtifactCorruptError, ArtifactMismatchError, ExportError
 from ._hoist import Hoisted
@@ -296,15 +296,4 @@ def _digest(tensors: dict) -> str:
 
 
 def _atomic_save(tensors: dict, path: str, metadata: dict) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".shapeml-export-", suffix=".tmp")
-    os.close(fd)
-    try:
-        safetensors.numpy.save_file(tensors, tmp, metadata=metadata)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    atomic_write(path, safetensors.numpy.save(tensors, metadata=metadata))

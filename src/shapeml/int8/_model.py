@@ -10,7 +10,6 @@ import dataclasses
 import functools
 import json
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._atomic import atomic_write
 from ..state import KVCache
 from ._decode import Int8Params, generate_loop, new_cache, step_body
 from ._errors import Int8PositionError, Int8PromptError, Int8TokenError
@@ -95,18 +95,7 @@ class Int8Model:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the model file atomically (temp file, fsync, rename)."""
-        path = os.fspath(path)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(self.to_dict(), f, separators=(",", ":"))
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; a model file is meant to be shared
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        atomic_write(path, json.dumps(self.to_dict(), separators=(",", ":")).encode())
 
     @classmethod
     def random(

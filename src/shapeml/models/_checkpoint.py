@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import struct
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,12 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from .._atomic import atomic_write
 from .._errors import ShapemlError, similar
 from .._version import __version__
 from ._dims import Dims
 from ._introspect import declared, tensors
-from ._model import Model, child_dims
+from ._model import Model, ShapeMismatchError, child_dims
 
 __all__ = [
     "CheckpointError",
@@ -120,28 +120,11 @@ _DTYPES = {
 def write_safetensors(
     path: str | os.PathLike, arrays: Mapping[str, Any], metadata: Mapping[str, str]
 ) -> Path:
-    """Writes arrays atomically: temp file in the same folder, fsync, rename, fsync the folder."""
-    path = Path(path)
+    """Writes arrays as a safetensors file, atomically (see `shapeml._atomic`)."""
     data = safetensors.numpy.save(
         {k: np.asarray(v, order="C") for k, v in arrays.items()}, metadata=dict(metadata)
     )
-    folder = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return path
+    return atomic_write(path, data)
 
 
 def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -210,7 +193,17 @@ def save(path: str | os.PathLike, m: Model) -> Path:
     """
     if not isinstance(m, Model):
         raise TypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
-    return write_safetensors(path, {k: v for k, (_, v) in tensors(m).items()}, model_metadata(m))
+    arrays = {k: v for k, (_, v) in tensors(m).items()}
+    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
+    problems = entry_problems(expected, {k: np.asarray(v) for k, v in arrays.items()})
+    if problems:  # e.g. a vmapped ensemble: every tensor has a leading axis no `load` expects
+        raise ShapeMismatchError(
+            f"`{type(m).__name__}` holds tensors that differ from its declaration, so no load "
+            "could read the file back:\n    " + "\n    ".join(problems),
+            fix="save each member of an ensemble on its own: "
+            "sm.save(path_i, jax.tree.map(lambda a: a[i], models))",
+        )
+    return write_safetensors(path, arrays, model_metadata(m))
 
 
 def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model | None = None):
