@@ -236,3 +236,11 @@ def test_analysis_runs_once_per_trace(batch, monkeypatch):
     assert len(calls) == 1
     sm.value_and_grad(lin_loss, m, batch[0][:2], batch[1][:2])  # a new signature: analysed anew
     assert len(calls) == 2
+
+
+def test_grad_refuses_a_tree_with_buffers_or_of_another_model(batch):
+    m = Lin.init()
+    with pytest.raises(TypeError, match="buffers"):
+        sm.Grad[Lin](m)
+    with pytest.raises(TypeError, match="shaped like a Lin"):
+        sm.Grad[Lin](Other.init())

@@ -241,3 +241,16 @@ def test_checkpoint_errors(tmp_path):
     plain = sm.save(tmp_path / "model.safetensors", m)
     with pytest.raises(sm.ShapemlError, match="E1301"):
         sm.load_checkpoint(plain, Net)
+
+
+def test_grads_and_optimizers_pickle():
+    import pickle
+
+    m = Net.init()
+    g = sm.grad(loss, m, *data(0))
+    opt = optim.adamw(m, lr=SCHEDULE, transforms=[optim.clip_norm(1.0)])
+    g2, opt2 = pickle.loads(pickle.dumps((g, opt)))
+    assert type(g2) is type(g) and type(opt2) is type(opt) and opt2.lr == opt.lr
+    np.testing.assert_array_equal(g2.w1, g.w1)
+    m2, _ = optim.update(m, opt2, g2)
+    np.testing.assert_array_equal(m2.w1, optim.update(m, opt, g)[0].w1)

@@ -20,6 +20,7 @@ from ._dead_params import check_reads
 from ._errors import ShapemlError, similar
 from .models import Model
 from .models._introspect import param_mask
+from .models._model import UnknownFieldError
 
 __all__ = ["Grad", "GradMismatchError", "grad", "norm", "split_params", "value_and_grad"]
 
@@ -84,6 +85,29 @@ class Grad(eqx.Module):
     def __class_getitem__(cls, model_class: type) -> type[Grad]:
         return Grad.for_model(model_class)
 
+    def __check_init__(self):
+        if self.model_class is None:
+            raise TypeError("build a gradient as sm.Grad[Model](tree), with the model's class")
+        if not isinstance(self.tree, self.model_class):
+            raise TypeError(
+                f"{type(self).__name__} holds a tree shaped like a {self.model_class.__name__}, "
+                f"got {type(self.tree).__name__}"
+            )
+        specs = self.model_class.__shapeml_fields__
+        buffers = [
+            k
+            for k, spec in specs.items()
+            if spec.kind == "buffer" and getattr(self.tree, k) is not None
+        ]
+        if buffers:
+            raise TypeError(
+                f"{type(self).__name__} holds params only, but was given buffers {buffers}: "
+                "build it from sm.value_and_grad, or set buffer fields to None"
+            )
+
+    def __reduce__(self):  # the typed class is made on demand, so pickle rebuilds it
+        return (_rebuild, (self.model_class, self.tree))
+
     # -- reading ---------------------------------------------------------------------------
     def __getattr__(self, name: str):
         if name.startswith("_"):
@@ -96,10 +120,9 @@ class Grad(eqx.Module):
             )
         if name in specs:
             return getattr(self.tree, name)
-        raise AttributeError(
-            f"`{type(self).__name__}` has no field `{name}` "
-            f"(params: {', '.join(self.named())})"
-            + (f"; {hint}" if (hint := similar(name, specs)) else "")
+        raise UnknownFieldError(
+            f"`{type(self).__name__}` has no field `{name}` (params: {', '.join(self.named())})",
+            fix=similar(name, specs),
         )
 
     def named(self) -> dict[str, jax.Array]:
@@ -176,6 +199,10 @@ class Grad(eqx.Module):
 
     def __neg__(self):
         return type(self)(jax.tree.map(jnp.negative, self.tree))
+
+
+def _rebuild(model_class: type, tree) -> Grad:
+    return Grad[model_class](tree)
 
 
 def norm(g: Grad) -> jax.Array:

@@ -8,6 +8,7 @@ that count, so there is no scheduler to step.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import functools
 import typing
 from collections.abc import Callable, Sequence
@@ -134,6 +135,10 @@ class Optimizer(eqx.Module):
     def __class_getitem__(cls, model_class: type):
         return cls.for_model(model_class)
 
+    def __reduce__(self):  # the typed class is made on demand, so pickle rebuilds it
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return (_rebuild, (type(self).__mro__[1], self.model_class, fields))
+
     @property
     def step(self) -> jax.Array:
         """How many updates have been applied (skipped steps excluded): what schedules read."""
@@ -156,6 +161,10 @@ class Optimizer(eqx.Module):
     def __repr__(self) -> str:
         hyper = ", ".join(f"{k}={v}" for k, v in self.hyper)
         return f"{type(self).__name__}(lr={self.lr!r}, {hyper}, step={self.step}, skipped={self.skipped})"
+
+
+def _rebuild(kind: type[Optimizer], model_class: type, fields: dict) -> Optimizer:
+    return kind[model_class](**fields)
 
 
 class SGD(Optimizer):
