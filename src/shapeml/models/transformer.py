@@ -19,6 +19,7 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
+from .. import _jax_internals as jxi
 from .._errors import ShapemlError
 from .._shaped import shaped
 from ..state import (
@@ -78,10 +79,16 @@ class Transformer(Model):
     w2: Float[Array, "L F D"] = field(normal(std=0.1))
 
 
+def _embed(m, tokens):
+    # Ids outside the vocabulary read NaN rather than a clamped row (ids traced under an outer
+    # jit cannot be checked on the host), so a bad id can never pass for a real token.
+    return jnp.take(m.embed, tokens, axis=0, mode="fill", fill_value=jnp.nan)
+
+
 def _check_tokens(tokens, vocab: int) -> None:
     # A gather clamps out-of-vocab ids and wraps negative ones; concrete ids are checked here
     # (traced ids inside a user's jit cannot be, without a host round trip per call).
-    if isinstance(tokens, jax.core.Tracer):
+    if jxi.is_tracer(tokens):
         return
     arr = np.asarray(tokens)
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):
@@ -128,7 +135,7 @@ def forward(m: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]:
             f"a sequence of {t} tokens is longer than the context T={m.dims.T}",
             fix=f"pass at most {m.dims.T} tokens",
         )
-    x = m.embed[tokens] + m.pos[None, :t]
+    x = _embed(m, tokens) + m.pos[None, :t]
     mask = jnp.tril(jnp.ones((t, t), bool))
     for layer in range(m.dims.L):
         att = _attention(x @ m.wq[layer], x @ m.wk[layer], x @ m.wv[layer], mask, m.dims.H)
@@ -176,7 +183,7 @@ def step(
     d = m.dims
     _check_tokens(tokens, d.V)
     pos = check_index(pos, d.T, what=f"positions of the context T={d.T}", extent=n)
-    x = m.embed[tokens] + lax.dynamic_slice_in_dim(m.pos, pos, n)[None]
+    x = _embed(m, tokens) + lax.dynamic_slice_in_dim(m.pos, pos, n)[None]
     heads, hd = d.H, d.D // d.H
     for layer in range(d.L):
         k = (x @ m.wk[layer]).reshape(b, n, heads, hd)

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import _jax_internals as jxi
 from . import _index
 from ._decl import StateDecl
 from ._errors import StateIndexTypeError, StateWriteError
@@ -237,4 +238,4 @@ class StateView:
 
 def _show(idx) -> str:
     items = idx if isinstance(idx, tuple) else (idx,)
-    return ", ".join("<traced>" if isinstance(i, jax.core.Tracer) else repr(i) for i in items)
+    return ", ".join("<traced>" if jxi.is_tracer(i) else repr(i) for i in items)

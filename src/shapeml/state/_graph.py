@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import _jax_internals as jxi
 from .._errors import similar
 from . import _index
 from ._decl import Decl, ParamDecl
@@ -173,7 +174,7 @@ class Graph:
     def __call__(self, *inputs, **per_call):
         store: Store = self._store
         leaves, key = normalize_inputs(inputs, per_call)
-        if any(isinstance(x, jax.core.Tracer) for x in leaves):
+        if any(jxi.is_tracer(x) for x in leaves):
             raise GraphInputError(
                 f"`{type(self).__name__}` was called with traced inputs (inside jax.jit, grad or "
                 "vmap); a Graph is itself a compiled program that owns device state",

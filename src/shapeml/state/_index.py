@@ -15,11 +15,12 @@ import dataclasses
 import threading
 from typing import Any
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax import lax
 
+from .. import _jax_internals as jxi
 from ._errors import StateIndexError, StateIndexTypeError
 
 __all__ = [
@@ -196,7 +197,7 @@ def check_index(idx, size: int, *, what: str, extent: int = 1):
             fix=f"use a span of at most {size}",
         )
     sink = active_sink()
-    if not isinstance(idx, jax.core.Tracer):
+    if not jxi.is_tracer(idx):
         value = int(idx)
         if value < 0 or value + extent > size:
             named = sink is not None and id(idx) in sink.direct
@@ -214,12 +215,14 @@ def check_index(idx, size: int, *, what: str, extent: int = 1):
         sink.checks.append(_Check(what, size, extent, ok, idx))
         return idx
 
-    # Outside a graph nothing can gate the writes; fail the whole computation instead.
-    def _bad(value):
-        raise_index_error(what, size, extent, int(value))
-
-    lax.cond(ok, lambda v: None, lambda v: jax.debug.callback(_bad, v), idx)
-    return idx
+    # Outside a graph nothing can gate the writes; fail the whole computation instead
+    # (eqx.error_if stays correct under vmap, where a cond would run both branches).
+    return eqx.error_if(
+        idx,
+        ~ok,
+        f"[E1401] {what} has size {size}: an index outside 0..{size - extent} was "
+        "given (JAX would clamp it); pass 0 <= index <= size - extent",
+    )
 
 
 def gate(new: jax.Array, old: jax.Array) -> jax.Array:
