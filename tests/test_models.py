@@ -106,7 +106,8 @@ def test_same_seed_same_model_and_fields_draw_by_name():
     assert not np.array_equal(Net.init(seed=4).emb, a.emb)
     # each field draws from fold_in(key(seed), hash(dotted name)): check it independently
     key = jax.random.fold_in(jax.random.key(3), sm.models._model.field_hash("blocks.1.w1"))
-    np.testing.assert_array_equal(a.blocks[1].w1, 0.1 * jax.random.normal(key, (8, 16)))
+    # (compiled together, the draws may differ from eager ones in the last bit)
+    np.testing.assert_allclose(a.blocks[1].w1, 0.1 * jax.random.normal(key, (8, 16)), rtol=1e-6)
     assert not np.array_equal(a.blocks[0].w1, a.blocks[1].w1)
 
 

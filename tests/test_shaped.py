@@ -86,3 +86,16 @@ def test_shaped_model_results_match_undecorated():
     m = Head.init(seed=1)
     x = jnp.arange(16.0).reshape(2, 8)
     np.testing.assert_array_equal(head(m, x), x @ m.w)
+
+
+def test_contract_reports_a_body_that_fails_on_annotated_shapes():
+    @sm.shaped
+    def bad(m: Head, x: Float[Array, "b D"]) -> Float[Array, "b C"]:
+        return x @ m.w.T  # [b D] @ [C D]: the body cannot run on these shapes
+
+    with pytest.raises(AssertionError, match="E1002") as e:
+        sm.testing.check_contract(bad, Head, sizes={"b": [2]})
+    assert (
+        "`test_contract_reports_a_body_that_fails_on_annotated_shapes.<locals>.bad` fails at b=2"
+        in str(e.value)
+    )

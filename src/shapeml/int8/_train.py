@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import optim
-from .._grad import value_and_grad
 from ..models import save as save_model
 from ..models import transformer as tfm
+from ..training import TrainStep
 from . import _corpus
 from ._model import Int8Model
 from ._quantize import quantize
@@ -44,16 +44,6 @@ class TrainConfig:
     seed: int = 0
 
 
-def _jit_step():
-    @jax.jit
-    def step(m, opt, batch):
-        loss, g = value_and_grad(tfm.loss, m, batch)
-        m, opt = optim.update(m, opt, g)
-        return m, opt, loss
-
-    return step
-
-
 def float_accuracy(m: tfm.Transformer, seqs: np.ndarray) -> float:
     """Greedy next-token accuracy of the float model on the answer positions of `seqs` [n T]."""
     logits = np.asarray(jax.jit(tfm.forward)(m, jnp.asarray(seqs)))
@@ -71,17 +61,19 @@ def train_float(cfg: TrainConfig = TrainConfig(), *, log=None) -> tuple[tfm.Tran
     t0 = time.perf_counter()
     V = len(_corpus.TOKENS)
     m = tfm.Transformer.init(seed=cfg.seed, V=V, T=cfg.ctx, D=cfg.d, H=cfg.heads, F=cfg.d_ff, L=1)
-    sched = optim.warmup(cfg.warmup, optim.cosine(cfg.lr, cfg.steps - cfg.warmup))
+    warm = min(cfg.warmup, max(1, cfg.steps // 10))  # short runs (demos, tests) warm up less
+    sched = optim.warmup(warm, optim.cosine(cfg.lr, cfg.steps - warm))
     opt = optim.adamw(m, lr=sched, weight_decay=cfg.weight_decay)
     data = _corpus.make_sequences(cfg.train_sequences, cfg.ctx, seed=cfg.seed + 1)
     rng = np.random.default_rng(cfg.seed + 2)
-    step = _jit_step()
+    step = TrainStep(tfm.loss, m, opt)
     loss = jnp.nan
     for i in range(cfg.steps):
         idx = rng.integers(0, len(data), size=cfg.batch)
-        m, opt, loss = step(m, opt, jnp.asarray(data[idx]))
+        loss = step(jnp.asarray(data[idx]))
         if log is not None and (i % 500 == 0 or i == cfg.steps - 1):
             log(f"step {i:5d}  loss {float(loss):.4f}")
+    m = step.model
     held_out = _corpus.make_sequences(2000, cfg.ctx, seed=cfg.seed + 1000)
     stats = {
         "final_loss": float(loss),

@@ -19,6 +19,11 @@ from ._introspect import count_params as count_params
 from ._introspect import params as params
 from ._model import Model as Model
 
+# isort: split
+# The model zoo, after the base it builds on; imported so `shapeml explain` knows its codes.
+from . import spotter as spotter
+from . import transformer as transformer
+
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
@@ -35,7 +40,9 @@ __all__ = [
     "params",
     "save",
     "submodel",
+    "spotter",
     "submodels",
+    "transformer",
     "uniform",
     "zeros",
 ]

@@ -38,6 +38,9 @@ class _Constant(Schedule):
     def optax(self):
         return optax.constant_schedule(self.value)
 
+    def __call__(self, t):  # shaped like `t`, as the other schedules are
+        return jnp.full(jnp.shape(t), self.value, jnp.float32)
+
     def config(self):
         return {"kind": "constant", "value": self.value}
 

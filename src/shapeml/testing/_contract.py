@@ -74,6 +74,10 @@ def _stand_in(name: str, hint: Any, bindings: Mapping[str, Any]) -> jax.ShapeDty
     return jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
 
 
+def _where(combo: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in combo.items())
+
+
 def check_contract(
     fn: Callable,
     *args: Any,
@@ -124,10 +128,15 @@ def check_contract(
         try:
             out = jax.eval_shape(checked, *given, *built)
         except ShapeCheckError as e:
-            where = ", ".join(f"{k}={v}" for k, v in combo.items())
             raise ContractError(
-                f"the shape contract of `{fn.__qualname__}` breaks at {where}:\n{e.message}",
+                f"the shape contract of `{fn.__qualname__}` breaks at {_where(combo)}:\n{e.message}",
                 fix="fix the function or its annotation",
+            ) from e
+        except (TypeError, ValueError) as e:  # the body itself failed on these shapes
+            raise ContractError(
+                f"`{fn.__qualname__}` fails at {_where(combo)} on inputs shaped as its annotations "
+                f"say: {type(e).__name__}: {str(e).splitlines()[0]}",
+                fix="fix the function's body or its annotation",
             ) from e
         records.append({"sizes": combo, "out": jax.tree.map(lambda s: tuple(s.shape), out)})
     return records

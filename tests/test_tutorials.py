@@ -1,0 +1,153 @@
+"""The tutorials: every notebook runs top to bottom in a fresh kernel, errors only where expected.
+
+A cell that demonstrates an error carries the `raises-exception` cell tag and a first line
+`# expect: E0901`; the run fails if that cell raises nothing or an error with another code. A cell
+whose first line is `# expect: W1101` (a warning) must run without error and print that code on
+stderr. Notebooks are stored with their outputs cleared, so diffs stay readable.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
+NOTEBOOKS = sorted(TUTORIALS.glob("*.ipynb"))
+SOLUTIONS = sorted((TUTORIALS / "solutions").glob("*.py"))
+EXPECT = re.compile(r"^\s*#\s*expect:\s*([EW]\d{4})\b")
+RAISES = "raises-exception"
+
+
+def _expected(cell) -> str | None:
+    first = cell.source.lstrip("\n").split("\n", 1)[0]
+    m = EXPECT.match(first)
+    return m.group(1) if m else None
+
+
+def _tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def test_there_are_six_chapters_each_with_solutions():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+    assert [p.stem for p in SOLUTIONS] == [p.stem for p in NOTEBOOKS]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        assert "## Exercises" in text and f"solutions/{path.stem}.py" in text, path.name
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# "), (
+            path.name
+        )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_stored_with_outputs_cleared(path):
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.outputs == [], f"{path.name} cell {i} is stored with outputs: clear them"
+        assert cell.execution_count is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_error_cells_are_tagged_and_name_their_code(path):
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        code, tagged = _expected(cell), RAISES in _tags(cell)
+        if tagged:
+            assert code and code.startswith("E"), (
+                f"{path.name} cell {i} is tagged {RAISES} but its first line is not `# expect: E....`"
+            )
+        elif code and code.startswith("E"):
+            pytest.fail(f"{path.name} cell {i} expects {code} but is not tagged {RAISES}")
+
+
+def _text(outputs, kind: str) -> str:
+    parts = []
+    for out in outputs:
+        if kind == "error" and out.output_type == "error":
+            parts.append(f"{out.ename}: {out.evalue}")
+        if kind == "stderr" and out.output_type == "stream" and out.name == "stderr":
+            parts.append(out.text)
+    return "\n".join(parts)
+
+
+def _execute(nb, cwd: Path) -> list[str]:
+    """Runs `nb` in a fresh kernel in `cwd`; returns what went against the cells' expectations.
+
+    An error in a cell without the `raises-exception` tag stops the run (CellExecutionError).
+    """
+    client = NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=300,
+        allow_errors=False,  # only cells tagged `raises-exception` may raise
+        resources={"metadata": {"path": str(cwd)}},
+    )
+    client.execute()
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        code = _expected(cell)
+        errors = _text(cell.outputs, "error")
+        if RAISES in _tags(cell):
+            if not errors:
+                problems.append(f"cell {i} should raise {code} but ran without error")
+            elif code not in errors:
+                problems.append(f"cell {i} should raise {code} but raised: {errors[:300]}")
+        elif code is not None and code not in _text(cell.outputs, "stderr"):
+            problems.append(f"cell {i} should warn {code} but its stderr does not show it")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
+    monkeypatch.setenv("MPLBACKEND", "Agg")  # plots render without a display
+    problems = _execute(nbformat.read(path, as_version=4), tmp_path)
+    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+
+
+def test_the_executor_catches_missing_wrong_and_unexpected_errors(tmp_path):
+    def cell(source, tagged=False):
+        c = nbformat.v4.new_code_cell(source)
+        if tagged:
+            c.metadata["tags"] = [RAISES]
+        return c
+
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            cell("# expect: E0901\n1 + 1", tagged=True),  # raises nothing
+            cell("# expect: E0902\nraise ValueError('[E0901] x')", tagged=True),  # another code
+            cell("# expect: E0901\nraise KeyError('[E0901] y')", tagged=True),  # as expected
+            cell("# expect: W1101\nprint('no warning')"),  # warns nothing
+        ]
+    )
+    problems = _execute(nb, tmp_path)
+    assert [p.split(" should")[0] for p in problems] == ["cell 0", "cell 1", "cell 3"], problems
+    assert "ran without error" in problems[0] and "E0901" in problems[1]
+    broken = nbformat.v4.new_notebook(cells=[cell("raise RuntimeError('not expected')")])
+    with pytest.raises(CellExecutionError, match="not expected"):
+        _execute(broken, tmp_path)
+
+
+@pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
+def test_exercise_solutions_run(path, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    run = subprocess.run(
+        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "all solutions check out" in run.stdout
