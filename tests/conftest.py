@@ -1,4 +1,4 @@
-"""Suite-wide settings: strict numerics (no silent rank promotion) and a compile counter."""
+"""Suite-wide settings: strict numerics (no silent rank promotion) and a key fixture."""
 
 import jax
 import pytest

@@ -244,3 +244,25 @@ def test_grad_refuses_a_tree_with_buffers_or_of_another_model(batch):
         sm.Grad[Lin](m)
     with pytest.raises(TypeError, match="shaped like a Lin"):
         sm.Grad[Lin](Other.init())
+
+
+def test_non_scalar_loss_raises_e1106(batch):
+    with pytest.raises(TypeError, match="E1106") as e:
+        sm.value_and_grad(lambda m, x, y: x @ m.w, Lin.init(), *batch)
+    assert "shape (5, 2)" in str(e.value)
+
+
+def test_analysis_cache_does_not_keep_lambdas_alive(batch):
+    import gc
+    import weakref
+
+    class Box:
+        pass
+
+    box = Box()
+    loss = lambda m, x, y, box=box: lin_loss(m, x, y)  # noqa: E731 - captures `box`
+    sm.value_and_grad(loss, Lin.init(), *batch)
+    ref = weakref.ref(box)
+    del loss, box
+    gc.collect()
+    assert ref() is None

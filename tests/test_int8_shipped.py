@@ -132,3 +132,11 @@ def test_corpus_is_seeded_and_answers_are_sorted():
     # the token at t+1 is an answer token when the last marker before it is `>`
     want = [text.rfind(">", 0, t + 1) > text.rfind("|", 0, t + 1) for t in range(len(text) - 1)]
     assert mask.tolist() == want
+
+
+def test_model_tensors_are_read_only(model):
+    # the compiled paths cache the weights, so an in-place edit would desynchronise them
+    with pytest.raises(ValueError, match="read-only"):
+        model.tensors["wq"][0, 0] = 1
+    with pytest.raises(TypeError):
+        model.tensors["wq"] = model.tensors["wk"]

@@ -10,6 +10,7 @@ primitive it cannot see into, so the analysis errs towards "read": it never warn
 from __future__ import annotations
 
 import warnings
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -55,8 +56,24 @@ by `stop_gradient`.
     pass
 
 
-_CACHE: OrderedDict = OrderedDict()
-_CACHE_SIZE = 256
+# Per loss function (weakly held: a lambda and what it captures are not kept alive), the analyses
+# of the signatures seen so far.
+class LossShapeError(
+    ShapemlError,
+    TypeError,
+    code="E1106",
+    title="loss is not a scalar",
+    explanation="""
+`value_and_grad(loss, m, ...)` differentiates a scalar: the loss returned an array with a shape.
+Reduce it to one number (`jnp.mean(...)` over the batch), or return `(scalar, aux)` with
+`has_aux=True` to carry other values along.
+""",
+):
+    pass
+
+
+_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_PER_FUNCTION = 64
 
 
 def _abstract(x):
@@ -70,15 +87,19 @@ def check_reads(f: Callable, loss_of_params: Callable, params, m, args, kwargs, 
     names = _param_names(m)
     dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
     leaves, treedef = jax.tree.flatten((params, dynamic))
-    key = (f, treedef, tuple((x.shape, str(x.dtype)) for x in leaves), _static_key(static))
-    if key in _CACHE:
-        _CACHE.move_to_end(key)
-        unread = _CACHE[key]
+    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), _static_key(static))
+    try:
+        seen = _CACHE.setdefault(f, OrderedDict())
+    except TypeError:  # not weakly referenceable (e.g. a functools.partial): analyse every trace
+        seen = OrderedDict()
+    if key in seen:
+        seen.move_to_end(key)
+        unread = seen[key]
     else:
         unread = _unread(loss_of_params, params, dynamic, static, has_aux, names)
-        _CACHE[key] = unread
-        if len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
+        seen[key] = unread
+        if len(seen) > _PER_FUNCTION:
+            seen.popitem(last=False)
     loss_name = getattr(f, "__qualname__", repr(f))
     model_name = type(m).__name__
     if names and len(unread) == len(names):
@@ -130,6 +151,12 @@ def _unread(loss_of_params, params, dynamic, static, has_aux, names) -> list[str
     closed = jxi.make_closed_jaxpr(
         tangent_of_loss, abstract_params, abstract_params, jax.tree.map(_abstract, dynamic)
     )
+    out_shape = closed.out_avals[0].shape
+    if out_shape != ():
+        raise LossShapeError(
+            f"the loss returns an array of shape {out_shape}; value_and_grad needs a scalar",
+            fix="reduce it, e.g. return jnp.mean(per_example_losses)",
+        )
     used = jxi.used_inputs(closed)
     n = len(jax.tree.leaves(params))
     tangent_used = used[n : 2 * n]

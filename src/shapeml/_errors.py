@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from typing import ClassVar
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "Explanation",
     "ShapemlError",
     "ShapemlWarning",
@@ -124,6 +126,34 @@ class UnknownCodeError(
 `shapeml explain` was given a code that no shapeml error or warning has.
 
 Codes look like `E0901` (errors) or `W1101` (warnings); `shapeml explain --list` prints them all.
+""",
+):
+    pass
+
+
+class ArgumentError(
+    ShapemlError,
+    ValueError,
+    code="E0002",
+    title="invalid argument",
+    explanation="""
+A shapeml function was called with an argument value it cannot use: a non-positive step count, a
+negative size, a batch size larger than the data, arrays of different lengths. The message names
+the argument and the value given; pass a value in the range it states.
+""",
+):
+    pass
+
+
+class ArgumentTypeError(
+    ShapemlError,
+    TypeError,
+    code="E0003",
+    title="argument of the wrong type",
+    explanation="""
+A shapeml function was called with an argument of a type it does not take (a pytree where a model is
+expected, an optimizer of another library, a model class where an instance is expected). The
+message names the argument, what it got and what it takes.
 """,
 ):
     pass

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._dead_params import check_reads
-from ._errors import ShapemlError, similar
+from ._errors import ArgumentTypeError, ShapemlError, similar
 from .models import Model
 from .models._introspect import param_mask
 from .models._model import UnknownFieldError
@@ -75,7 +75,7 @@ class Grad(eqx.Module):
     @functools.cache
     def for_model(cls, model_class: type) -> type[Grad]:
         if not (isinstance(model_class, type) and issubclass(model_class, Model)):
-            raise TypeError(f"Grad[...] takes an sm.Model class, got {model_class!r}")
+            raise ArgumentTypeError(f"Grad[...] takes an sm.Model class, got {model_class!r}")
         return type(
             f"Grad[{model_class.__name__}]",
             (Grad,),
@@ -87,9 +87,11 @@ class Grad(eqx.Module):
 
     def __check_init__(self):
         if self.model_class is None:
-            raise TypeError("build a gradient as sm.Grad[Model](tree), with the model's class")
+            raise ArgumentTypeError(
+                "build a gradient as sm.Grad[Model](tree), with the model's class"
+            )
         if not isinstance(self.tree, self.model_class):
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{type(self).__name__} holds a tree shaped like a {self.model_class.__name__}, "
                 f"got {type(self.tree).__name__}"
             )
@@ -100,7 +102,7 @@ class Grad(eqx.Module):
             if spec.kind == "buffer" and getattr(self.tree, k) is not None
         ]
         if buffers:
-            raise TypeError(
+            raise ArgumentTypeError(
                 f"{type(self).__name__} holds params only, but was given buffers {buffers}: "
                 "build it from sm.value_and_grad, or set buffer fields to None"
             )
@@ -194,7 +196,7 @@ class Grad(eqx.Module):
 
     def __truediv__(self, other):
         if isinstance(other, Grad):
-            raise TypeError("a Grad can be divided by a number only")
+            raise ArgumentTypeError("a Grad can be divided by a number only")
         return self._combine(other, jnp.divide, "/")
 
     def __neg__(self):
@@ -229,7 +231,7 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
         True
     """
     if not isinstance(m, Model):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"value_and_grad(f, m, ...) differentiates an sm.Model, got {type(m).__name__}; "
             "use jax.value_and_grad for other functions"
         )

@@ -6,6 +6,8 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from .._errors import ArgumentError
+
 __all__ = ["batches"]
 
 
@@ -26,13 +28,13 @@ def batches(
         drop_last: drop a final short batch so every batch has the same shape (no recompiles).
     """
     if not arrays:
-        raise ValueError("batches() needs at least one array")
+        raise ArgumentError("batches() needs at least one array")
     n = len(arrays[0])
     for a in arrays:
         if len(a) != n:
-            raise ValueError(f"batches(): arrays differ in length ({n} vs {len(a)})")
+            raise ArgumentError(f"batches(): arrays differ in length ({n} vs {len(a)})")
     if not 0 < batch_size <= n:
-        raise ValueError(f"batch_size must be in 1..{n}, got {batch_size}")
+        raise ArgumentError(f"batch_size must be in 1..{n}, got {batch_size}")
     epoch = 0
     while epochs is None or epoch < epochs:
         order = np.random.default_rng((seed, epoch)).permutation(n)

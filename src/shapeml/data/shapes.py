@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import ArgumentError
+
 __all__ = ["CLASSES", "SIZE", "draw"]
 
 CLASSES = ("square", "disk", "plus", "cross")
@@ -27,7 +29,7 @@ def draw(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         images: uint8 `[n 1 16 16]`; labels: int32 `[n]` in 0..3.
     """
     if n < 0:
-        raise ValueError(f"draw(n) needs n >= 0, got {n}")
+        raise ArgumentError(f"draw(n) needs n >= 0, got {n}")
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(n) % len(CLASSES)).astype(np.int32)
     radius = rng.integers(3, 7, size=n)  # half-size 3..6 pixels

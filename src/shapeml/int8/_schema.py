@@ -7,6 +7,7 @@ then the tensors (their lengths before their values). Every failure names the fi
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping
 from typing import Any
 
@@ -290,11 +291,13 @@ def validate(obj: Any) -> dict[str, Any]:
             f"`meta` must be a JSON object, got {type(meta).__name__}",
             fix="write `meta` as an object (free-form notes) or leave it out",
         )
+    for arr in (table, *tensors.values()):
+        arr.setflags(write=False)  # the compiled paths cache these: they must never change
     return {
         "dims": dims,
         "tokens": tokens,
         "requant": requant,
         "exp_table": table,
-        "tensors": tensors,
+        "tensors": types.MappingProxyType(tensors),
         "meta": dict(meta),
     }

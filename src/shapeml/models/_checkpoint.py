@@ -19,7 +19,7 @@ import safetensors
 import safetensors.numpy
 
 from .._atomic import atomic_write
-from .._errors import ShapemlError, similar
+from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._version import __version__
 from ._dims import Dims
 from ._introspect import declared, tensors
@@ -192,7 +192,7 @@ def save(path: str | os.PathLike, m: Model) -> Path:
         >>> sm.save("spotter.safetensors", m)
     """
     if not isinstance(m, Model):
-        raise TypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
+        raise ArgumentTypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
     arrays = {k: v for k, (_, v) in tensors(m).items()}
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
     problems = entry_problems(expected, {k: np.asarray(v) for k, v in arrays.items()})
@@ -221,7 +221,7 @@ def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model
         CheckpointFileError: (E1302) for a truncated, corrupted or non-safetensors file.
     """
     if (cls is None) == (like is None):
-        raise TypeError("sm.load(path, Cls) or sm.load(path, like=model): give exactly one")
+        raise ArgumentTypeError("sm.load(path, Cls) or sm.load(path, like=model): give exactly one")
     cls = type(like) if like is not None else cls
     arrays, meta = read_safetensors(path)
     return model_from_arrays(cls, arrays, meta, str(path), like_dims=like.dims if like else None)

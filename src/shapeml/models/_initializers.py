@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._errors import ArgumentError, ArgumentTypeError
+
 __all__ = ["Initializer", "full", "normal", "ones", "uniform", "zeros"]
 
 
@@ -79,19 +81,19 @@ ones = _Full(1, name="ones")
 def full(value: float | int | bool) -> Initializer:
     """Initializes every element to `value`."""
     if not isinstance(value, (int, float, bool, np.number)):
-        raise TypeError(f"full(value) takes a number, got {value!r}")
+        raise ArgumentTypeError(f"full(value) takes a number, got {value!r}")
     return _Full(value)
 
 
 def normal(mean: float | int = 0.0, std: float | int = 1.0) -> Initializer:
     """Draws from a normal distribution with this mean and standard deviation (floats only)."""
     if not std >= 0:
-        raise ValueError(f"normal(std={std}) needs std >= 0")
+        raise ArgumentError(f"normal(std={std}) needs std >= 0")
     return _Normal(float(mean), float(std))
 
 
 def uniform(lo: float | int = 0.0, hi: float | int = 1.0) -> Initializer:
     """Draws uniformly from `[lo, hi)` (floats only)."""
     if not hi >= lo:
-        raise ValueError(f"uniform(lo={lo}, hi={hi}) needs lo <= hi")
+        raise ArgumentError(f"uniform(lo={lo}, hi={hi}) needs lo <= hi")
     return _Uniform(float(lo), float(hi))

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from .._errors import ShapemlError
+from .._errors import ArgumentTypeError, ShapemlError
 from .._grad import Grad, split_params
 from ..models import Model
 from ..models._introspect import params as named_params
@@ -125,7 +125,9 @@ class Optimizer(eqx.Module):
     @functools.cache
     def for_model(cls, model_class: type):
         if not (isinstance(model_class, type) and issubclass(model_class, Model)):
-            raise TypeError(f"{cls.__name__}[...] takes an sm.Model class, got {model_class!r}")
+            raise ArgumentTypeError(
+                f"{cls.__name__}[...] takes an sm.Model class, got {model_class!r}"
+            )
         return type(
             f"{cls.__name__}[{model_class.__name__}]",
             (cls,),
@@ -197,7 +199,7 @@ class AdamW(Optimizer):
 
 def _build(cls, m: Model, lr, hyper: dict, transforms, skip_nonfinite: bool):
     if not isinstance(m, Model):
-        raise TypeError(
+        raise ArgumentTypeError(
             f"{cls.kind}(m, ...) takes the sm.Model it will update, got {type(m).__name__}"
         )
     typed = cls[type(m)]

@@ -13,6 +13,8 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 
+from .._errors import ArgumentError, ArgumentTypeError
+
 __all__ = ["Schedule", "constant", "cosine", "from_config", "warmup"]
 
 
@@ -89,7 +91,7 @@ def constant(value: float | int) -> Schedule:
 def cosine(peak: float | int, steps: int) -> Schedule:
     """Decays from `peak` to 0 over `steps`: `peak * 0.5 * (1 + cos(pi * min(t, steps) / steps))`."""
     if steps <= 0:
-        raise ValueError(f"cosine(peak, steps) needs steps > 0, got {steps}")
+        raise ArgumentError(f"cosine(peak, steps) needs steps > 0, got {steps}")
     return _Cosine(float(peak), int(steps))
 
 
@@ -99,7 +101,7 @@ def warmup(steps: int, then: Schedule | float | int) -> Schedule:
     `lr(t) = then(0) * t / steps` for `t < steps`, then `then(t - steps)`.
     """
     if steps <= 0:
-        raise ValueError(f"warmup(steps, then) needs steps > 0, got {steps}")
+        raise ArgumentError(f"warmup(steps, then) needs steps > 0, got {steps}")
     return _Warmup(int(steps), as_schedule(then))
 
 
@@ -108,7 +110,7 @@ def as_schedule(lr: Schedule | float | int) -> Schedule:
         return lr
     if isinstance(lr, (int, float)) and not isinstance(lr, bool):
         return constant(lr)
-    raise TypeError(
+    raise ArgumentTypeError(
         f"a learning rate is a number or a schedule (constant, cosine, warmup), got {lr!r}"
     )
 
@@ -122,4 +124,4 @@ def from_config(cfg: dict[str, Any]) -> Schedule:
         return cosine(cfg["peak"], cfg["steps"])
     if kind == "warmup":
         return warmup(cfg["steps"], from_config(cfg["then"]))
-    raise ValueError(f"unknown schedule kind {kind!r}")
+    raise ArgumentError(f"unknown schedule kind {kind!r}")

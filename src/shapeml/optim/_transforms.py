@@ -6,6 +6,7 @@ import dataclasses
 
 import optax
 
+from .._errors import ArgumentError
 from .._grad import Grad
 
 __all__ = ["clip_norm"]
@@ -33,5 +34,5 @@ def clip_norm(max_norm: float | int):
         >>> m, opt = optim.update(m, opt, optim.clip_norm(1.0)(g))
     """
     if not max_norm > 0:
-        raise ValueError(f"clip_norm(max_norm) needs max_norm > 0, got {max_norm}")
+        raise ArgumentError(f"clip_norm(max_norm) needs max_norm > 0, got {max_norm}")
     return _ClipNorm(float(max_norm))

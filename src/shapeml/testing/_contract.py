@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._errors import ShapemlError
+from .._errors import ArgumentTypeError, ShapemlError
 from .._shaped import ShapeCheckError, shaped
 from ..models import Model
 
@@ -47,7 +47,7 @@ def _abstract_model(m: Model | type[Model]):
 def _stand_in(name: str, hint: Any, bindings: Mapping[str, Any]) -> jax.ShapeDtypeStruct:
     dim_str = getattr(hint, "dim_str", None)
     if dim_str is None:
-        raise TypeError(
+        raise ArgumentTypeError(
             f"cannot build argument `{name}`: its annotation {hint!r} is not a "
             "jaxtyping array type; pass the argument explicitly"
         )

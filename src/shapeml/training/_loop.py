@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from .._errors import ShapemlError
+from .._errors import ArgumentError, ShapemlError
 from ..models import Model, params
 from ..optim import Optimizer, load_checkpoint, save_checkpoint
 from ._step import TrainStep, make_mesh
@@ -141,7 +141,7 @@ def train(
         try:
             batch = next(batches)
         except StopIteration:
-            raise ValueError(
+            raise ArgumentError(
                 f"the data ran out after {i} of {steps} steps; pass more batches "
                 "(e.g. batches(..., epochs=None))"
             ) from None

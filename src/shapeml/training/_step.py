@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as jxi
+from .._errors import ArgumentError
 from .._grad import value_and_grad
 from ..models import Model
 from ..optim import Optimizer, update
@@ -91,7 +92,7 @@ def make_mesh(devices: int | Sequence[jax.Device], axis: str = "data") -> jax.sh
     if isinstance(devices, int):
         available = jax.devices()
         if devices > len(available):
-            raise ValueError(
+            raise ArgumentError(
                 f"asked for {devices} devices but JAX sees {len(available)}; on CPU, set "
                 f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} before JAX starts "
                 "(`shapeml train --devices N` does this for you)"
