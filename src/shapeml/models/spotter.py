@@ -17,7 +17,15 @@ from ._initializers import normal
 from ._model import Model
 from .mixer import mix_channels, mix_tokens, norm
 
-__all__ = ["Spotter", "confusion", "forward", "loss", "per_class_accuracy", "predict"]
+__all__ = [
+    "Spotter",
+    "confusion",
+    "cross_entropy",
+    "forward",
+    "loss",
+    "per_class_accuracy",
+    "predict",
+]
 
 
 class Spotter(Model):
@@ -56,7 +64,11 @@ def forward(m: Spotter, img: UInt8[Array, "b 1 S S"]) -> Float[Array, "b C"]:
 @shaped
 def loss(m: Spotter, img: UInt8[Array, "b 1 S S"], y: Int[Array, " b"]) -> Float[Array, ""]:
     """The mean cross-entropy of the scores against the labels."""
-    logits = forward(m, img)
+    return cross_entropy(forward(m, img), y)
+
+
+def cross_entropy(logits: Float[Array, "b C"], y: Int[Array, " b"]) -> Float[Array, ""]:
+    """The mean cross-entropy of class scores against integer labels."""
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
 

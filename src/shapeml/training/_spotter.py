@@ -12,7 +12,14 @@ import numpy as np
 from .. import optim
 from ..data import batches, shapes
 from ..models import load, save
-from ..models.spotter import Spotter, confusion, forward, per_class_accuracy, predict
+from ..models.spotter import (
+    Spotter,
+    confusion,
+    cross_entropy,
+    forward,
+    per_class_accuracy,
+    predict,
+)
 from ._loop import TrainResult, predict_in_batches, train
 
 __all__ = ["TEST_SEED", "evaluate_spotter", "format_report", "spotter_loss", "train_spotter"]
@@ -23,9 +30,7 @@ TEST_SEED = 1_000_003  # held-out images come from a seed no training run uses
 def spotter_loss(m: Spotter, img: jax.Array, y: jax.Array):
     """Mean cross-entropy, with the batch accuracy as an aux metric for the progress bar."""
     logits = forward(m, img)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    loss = -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1))
-    return loss, {"acc": jnp.mean(jnp.argmax(logits, axis=-1) == y)}
+    return cross_entropy(logits, y), {"acc": jnp.mean(jnp.argmax(logits, axis=-1) == y)}
 
 
 def evaluate_spotter(m: Spotter, n: int = 2000, seed: int = TEST_SEED) -> dict[str, Any]:
