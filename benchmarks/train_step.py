@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import sys
 import time
@@ -169,17 +170,19 @@ def check_same_trajectory(b: int, steps: int = 6) -> None:
 def interleaved(fns: dict, *, rounds: int, number: int) -> dict[str, float]:
     """Median per-call microseconds of each contender over `rounds` alternating rounds.
 
-    Like `_timing.interleaved`, but the order rotates every round and each round starts with one
-    untimed call: whoever runs right after another contender would otherwise pay for the switch
-    (cold caches, sleeping thread pools), a bias of 10-20% here with a fixed order.
+    Like `_timing.interleaved`, but the order is shuffled every round (seeded) and each round
+    starts with one untimed call: whoever runs right after another contender would otherwise pay
+    for the switch (cold caches, sleeping thread pools), a bias of 10-20% here with a fixed order.
+    A rotated order is not enough: it keeps each contender's predecessor fixed.
     """
+    order = random.Random(0)
     for fn in fns.values():
         for _ in range(3):
             jax.block_until_ready(fn())
     names = list(fns)
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
+    for _ in range(rounds):
+        for name in order.sample(names, len(names)):
             fn = fns[name]
             jax.block_until_ready(fn())
             start = time.perf_counter()
