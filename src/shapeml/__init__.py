@@ -14,6 +14,8 @@ from . import state as state
 from . import testing as testing
 from . import training as training
 from ._dead_params import DeadParamWarning as DeadParamWarning
+from ._errors import ArgumentError as ArgumentError
+from ._errors import ArgumentTypeError as ArgumentTypeError
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
 from ._errors import explain as explain
@@ -49,6 +51,8 @@ from .optim import load_checkpoint as load_checkpoint
 from .optim import save_checkpoint as save_checkpoint
 
 __all__ = [
+    "ArgumentError",
+    "ArgumentTypeError",
     "bake",
     "buffer",
     "buffers",

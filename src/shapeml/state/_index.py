@@ -5,7 +5,8 @@ passes through `check`. A concrete index is checked at once. A traced index that
 per-call input of a `Graph` becomes a host rule, checked before the next call is dispatched (no
 device work, no sync). Any other traced index becomes an in-program check: the graph then gates every
 write of the call on all checks passing (`gate`) and raises after the call, so nothing changes.
-Outside a graph (plain `jax.jit`) a failing traced check raises through a host callback.
+Outside a graph (plain `jax.jit`) a failing traced check fails the program through
+`eqx.error_if` (correct under `vmap`); the JAX runtime error's message starts with `[E1401]`.
 """
 
 from __future__ import annotations
