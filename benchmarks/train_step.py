@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import math
 import os
-import random
-import statistics
 import sys
-import time
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +30,9 @@ from shapeml.models import params as named_params
 from shapeml.models import spotter
 from shapeml.models.mixer import mix_channels, mix_tokens, norm
 from shapeml.training import TrainStep
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import interleaved  # noqa: E402
 
 # Idle OpenMP threads sleep instead of spinning: spinning threads take the CPU from whichever
 # contender runs next, and on a shared machine make PyTorch itself ~10x slower.
@@ -167,32 +168,6 @@ def check_same_trajectory(b: int, steps: int = 6) -> None:
 
 
 # -- timing ---------------------------------------------------------------------------------------
-def interleaved(fns: dict, *, rounds: int, number: int) -> dict[str, float]:
-    """Median per-call microseconds of each contender over `rounds` alternating rounds.
-
-    Like `_timing.interleaved`, but the order is shuffled every round (seeded) and each round
-    starts with one untimed call: whoever runs right after another contender would otherwise pay
-    for the switch (cold caches, sleeping thread pools), a bias of 10-20% here with a fixed order.
-    A rotated order is not enough: it keeps each contender's predecessor fixed.
-    """
-    order = random.Random(0)
-    for fn in fns.values():
-        for _ in range(3):
-            jax.block_until_ready(fn())
-    names = list(fns)
-    samples: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(rounds):
-        for name in order.sample(names, len(names)):
-            fn = fns[name]
-            jax.block_until_ready(fn())
-            start = time.perf_counter()
-            for _ in range(number):
-                out = fn()
-            jax.block_until_ready(out)
-            samples[name].append((time.perf_counter() - start) / number * 1e6)
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def measure(b: int, rounds: int) -> dict[str, float]:
     m = spotter.Spotter.init(seed=0)
     img_np, y_np = shapes.draw(b, seed=1)
