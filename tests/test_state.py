@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -28,14 +31,22 @@ from shapeml.state import (
 WIDTH = 4
 
 
-class Scale(Graph):
-    """`x * weight`, elementwise, against a weight the graph holds."""
+def _load_example():
+    path = Path(__file__).resolve().parents[1] / "examples" / "weights_and_state.py"
+    spec = importlib.util.spec_from_file_location("weights_and_state", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, weight):
-        self.weight = param(weight)
 
-    def body(self, x):
-        return x * self.weight
+EXAMPLE = _load_example()
+Scale = EXAMPLE.Scale  # the seed's weight graph, as the runnable example writes it
+
+
+def test_the_runnable_example_checks_itself_against_numpy(capsys):
+    EXAMPLE.main()
+    out = capsys.readouterr().out
+    assert "Scale matches numpy" in out and "(1 compile)" in out and "pos=4 is refused" in out
 
 
 class Accumulate(Graph):
