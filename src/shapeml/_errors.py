@@ -1,20 +1,23 @@
 """Every shapeml error and warning, each with a code, a one-line title and a long explanation.
 
 A subsystem declares its own codes next to the code that raises them, by subclassing
-`ShapemlError` (or `ShapemlWarning`) with `code=`, `title=` and `explanation=`; the registry here
-is what `shapeml explain CODE` and the error index in `docs/errors.md` read.
+`ShapemlError` (or `ShapemlWarning`) with `code=`, `title=` and `explanation=`, and is listed in
+`CODE_MODULES`; the registry, filled from that list, is what `shapeml explain CODE` and the error
+index in `docs/errors.md` read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 from collections.abc import Iterable
 from typing import ClassVar
 
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "CODE_MODULES",
     "Explanation",
     "ShapemlError",
     "ShapemlWarning",
@@ -45,6 +48,33 @@ class Explanation:
 
 
 _REGISTRY: dict[str, Explanation] = {}
+
+# Every module that declares codes: the one list the registry is filled from (a test keeps it
+# complete), so `shapeml explain` knows every code without the core importing what is built on it.
+CODE_MODULES = (
+    "shapeml._errors",
+    "shapeml._files",
+    "shapeml._compile_cache",
+    "shapeml._dead_params",
+    "shapeml._grad",
+    "shapeml._shaped",
+    "shapeml.models._dims",
+    "shapeml.models._fields",
+    "shapeml.models._model",
+    "shapeml.models._checkpoint",
+    "shapeml.optim._optimizer",
+    "shapeml.state._errors",
+    "shapeml.hoisting._errors",
+    "shapeml.int8._errors",
+    "shapeml.testing._contract",
+    "shapeml.training._loop",
+    "shapeml.zoo.transformer",
+)
+
+
+def _load_code_modules() -> None:
+    for name in CODE_MODULES:
+        importlib.import_module(name)
 
 
 def _register(cls: type, code: str | None, title: str | None, explanation: str | None, kind: str):
@@ -161,6 +191,7 @@ message names the argument, what it got and what it takes.
 
 def registry() -> dict[str, Explanation]:
     """Every known code, sorted, mapped to its explanation."""
+    _load_code_modules()
     return dict(sorted(_REGISTRY.items()))
 
 
@@ -174,6 +205,7 @@ def explain(code: str) -> Explanation:
         UnknownCodeError: (E0001) if no shapeml error or warning has this code.
     """
     key = code.strip().upper()
+    _load_code_modules()
     if key not in _REGISTRY:
         raise UnknownCodeError(
             f"no shapeml error or warning has the code `{code}`",

@@ -39,7 +39,7 @@ def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .training._spotter import format_report, train_spotter
+    from .apps.spotter_job import format_report, train_spotter
 
     result, report = train_spotter(
         steps=args.steps,
@@ -69,7 +69,7 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _eval(args: argparse.Namespace) -> int:
-    from .training._spotter import evaluate_file, format_report
+    from .apps.spotter_job import evaluate_file, format_report
 
     print(format_report(evaluate_file(args.path, args.test_size)))
     return 0

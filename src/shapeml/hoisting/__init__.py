@@ -1,5 +1,6 @@
 """Hoisting: weight-only work of a forward computed once per set of weights, not every call."""
 
+from .._compile_cache import UnhashableStaticError as UnhashableStaticError
 from ._bake import Baked as Baked
 from ._bake import bake as bake
 from ._errors import ArtifactCorruptError as ArtifactCorruptError
@@ -8,7 +9,6 @@ from ._errors import ExportError as ExportError
 from ._errors import HoistArgumentError as HoistArgumentError
 from ._errors import MutableWeightsError as MutableWeightsError
 from ._errors import NotTracedError as NotTracedError
-from ._errors import UnhashableStaticError as UnhashableStaticError
 from ._export import Exported as Exported
 from ._export import export as export
 from ._export import load_exported as load_exported

@@ -11,7 +11,6 @@ __all__ = [
     "HoistArgumentError",
     "MutableWeightsError",
     "NotTracedError",
-    "UnhashableStaticError",
 ]
 
 
@@ -59,20 +58,6 @@ class NotTracedError(
 `report()` describes the program built on the first call, so it needs one call first. To inspect
 the split without running it, use `prepare_jaxpr(model, *inputs)` and `main_jaxpr(model, *inputs)`,
 which accept arrays or `jax.ShapeDtypeStruct`s.
-""",
-):
-    pass
-
-
-class UnhashableStaticError(
-    ShapemlError,
-    TypeError,
-    code="E1504",
-    title="a non-array argument leaf is not hashable",
-    explanation="""
-Leaves of the arguments that are not arrays (Python numbers, strings, callables) are treated as
-static configuration, like `equinox.filter_jit` does: they are part of the cache key, so they must
-be hashable. Pass data as arrays, and configuration as hashable values (tuples, not lists).
 """,
 ):
     pass

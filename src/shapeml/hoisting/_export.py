@@ -21,7 +21,7 @@ import safetensors
 import safetensors.numpy
 
 from .. import _jax_internals as ji
-from .._atomic import atomic_write
+from .._files import atomic_write
 from .._version import __version__
 from ._errors import ArtifactCorruptError, ArtifactMismatchError, ExportError
 from ._hoist import Hoisted

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from .. import _jax_internals as ji
-from ._errors import UnhashableStaticError
+from .._compile_cache import UnhashableStaticError
 from ._split import Split, split
 
 _STATIC = object()  # marks a static (non-array) leaf in a signature

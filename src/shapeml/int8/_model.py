@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._atomic import atomic_write
+from .._files import atomic_write
 from ..state import KVCache
 from ._decode import Int8Params, generate_loop, new_cache, step_body
 from ._errors import Int8PositionError, Int8PromptError, Int8TokenError

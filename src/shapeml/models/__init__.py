@@ -1,4 +1,7 @@
-"""Models: the `Model` base, dims, field declarations, initializers, checkpoints, and the zoo."""
+"""Models: the `Model` base, dims, field declarations, initializers and checkpoints (the core).
+
+`shapeml.models.spotter`, `.mixer` and `.transformer` are deprecated aliases of `shapeml.zoo.*`.
+"""
 
 from ._checkpoint import CheckpointError as CheckpointError
 from ._checkpoint import CheckpointFileError as CheckpointFileError
@@ -19,11 +22,6 @@ from ._introspect import count_params as count_params
 from ._introspect import params as params
 from ._model import Model as Model
 
-# isort: split
-# The model zoo, after the base it builds on; imported so `shapeml explain` knows its codes.
-from . import spotter as spotter
-from . import transformer as transformer
-
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
@@ -40,9 +38,7 @@ __all__ = [
     "params",
     "save",
     "submodel",
-    "spotter",
     "submodels",
-    "transformer",
     "uniform",
     "zeros",
 ]

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
-import safetensors
-import safetensors.numpy
 
-from .._atomic import atomic_write
 from .._errors import ArgumentTypeError, ShapemlError, similar
+from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._version import __version__
 from ._dims import Dims
 from ._introspect import declared, tensors
@@ -29,9 +25,7 @@ __all__ = [
     "CheckpointError",
     "CheckpointFileError",
     "load",
-    "read_safetensors",
     "save",
-    "write_safetensors",
 ]
 
 
@@ -53,21 +47,6 @@ never be swapped. If you renamed a field, rename the entry or load into the old 
     pass
 
 
-class CheckpointFileError(
-    ShapemlError,
-    ValueError,
-    code="E1302",
-    title="not a readable checkpoint",
-    explanation="""
-The file is not a valid safetensors checkpoint: it is truncated, corrupted, empty, or in another
-format (a pickle, a zip, text). shapeml never unpickles files. Nothing was changed.
-
-Re-save the model with `sm.save(path, m)`; if the file was copied, check the copy finished.
-""",
-):
-    pass
-
-
 class CheckpointModelError(
     ShapemlError,
     ValueError,
@@ -84,92 +63,9 @@ to equal `m.dims`. Build the model with the file's dims, e.g. `Spotter.init(seed
     pass
 
 
-class CheckpointMissingError(
-    ShapemlError,
-    FileNotFoundError,
-    code="E1304",
-    title="checkpoint file not found",
-    explanation="""
-The path given to `sm.load` (or `load_checkpoint`) does not exist. Check the path, and that the save
-that should have written it ran.
-""",
-):
-    pass
-
-
-# safetensors dtype names -> numpy dtypes (bfloat16 and float8 come from ml_dtypes, via JAX).
-_DTYPES = {
-    "F64": np.float64,
-    "F32": np.float32,
-    "F16": np.float16,
-    "BF16": jnp.bfloat16,
-    "F8_E4M3": jnp.float8_e4m3fn,
-    "F8_E5M2": jnp.float8_e5m2,
-    "I64": np.int64,
-    "I32": np.int32,
-    "I16": np.int16,
-    "I8": np.int8,
-    "U64": np.uint64,
-    "U32": np.uint32,
-    "U16": np.uint16,
-    "U8": np.uint8,
-    "BOOL": np.bool_,
-}
-
-
-def write_safetensors(
-    path: str | os.PathLike, arrays: Mapping[str, Any], metadata: Mapping[str, str]
-) -> Path:
-    """Writes arrays as a safetensors file, atomically (see `shapeml._atomic`)."""
-    data = safetensors.numpy.save(
-        {k: np.asarray(v, order="C") for k, v in arrays.items()}, metadata=dict(metadata)
-    )
-    return atomic_write(path, data)
-
-
-def read_safetensors(path: str | os.PathLike) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """Reads a safetensors file: `(arrays by name, metadata)`.
-
-    Raises:
-        CheckpointMissingError: (E1304) if there is no such file.
-        CheckpointFileError: (E1302) if it is not a valid safetensors file.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointMissingError(f"no checkpoint at `{path}`", fix="check the path")
-    raw = path.read_bytes()
-
-    def bad(why: str) -> CheckpointFileError:
-        return CheckpointFileError(
-            f"`{path}` is not a valid safetensors checkpoint: {why} ({len(raw)} bytes)",
-            fix="re-save it with sm.save(path, model); if it was copied, check the copy finished",
-        )
-
-    if len(raw) < 8:
-        raise bad("it is too short to hold a header")
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > len(raw) - 8 or n == 0:
-        raise bad(
-            f"its header claims {n} bytes, but the file is shorter (truncated or not safetensors)"
-        )
-    try:
-        header = json.loads(raw[8 : 8 + n])
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise bad("its header is not JSON") from None
-    if not isinstance(header, dict):
-        raise bad("its header is not a JSON object")
-    metadata = header.get("__metadata__") or {}
-    try:
-        entries = safetensors.deserialize(raw)  # validated by safetensors itself
-    except Exception as e:  # safetensors reports corruption with several exception types
-        raise bad(str(e).strip() or type(e).__name__) from None
-    arrays = {}
-    for name, entry in entries:
-        if entry["dtype"] not in _DTYPES:
-            raise bad(f"entry `{name}` has dtype {entry['dtype']}, which shapeml does not read")
-        dtype = np.dtype(_DTYPES[entry["dtype"]])
-        arrays[name] = np.frombuffer(entry["data"], dtype).reshape(entry["shape"])
-    return arrays, dict(metadata)
+# The file layer's errors, under the names checkpoints have always used.
+CheckpointFileError = FileFormatError
+CheckpointMissingError = FileMissingError
 
 
 def model_metadata(m: Model) -> dict[str, str]:
@@ -223,7 +119,9 @@ def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model
     if (cls is None) == (like is None):
         raise ArgumentTypeError("sm.load(path, Cls) or sm.load(path, like=model): give exactly one")
     cls = type(like) if like is not None else cls
-    arrays, meta = read_safetensors(path)
+    arrays, meta = read_safetensors(
+        path, fix="re-save it with sm.save(path, model); if it was copied, check the copy finished"
+    )
     return model_from_arrays(cls, arrays, meta, str(path), like_dims=like.dims if like else None)
 
 

@@ -121,9 +121,9 @@ def complete_spec(owner: str, name: str, spec: FieldSpec, hint: Any, dims: Dims)
     """
     where = f"`{owner}.{name}`"
     if spec.kind in ("submodel", "submodels"):
-        from ._model import Model  # a field's model class must itself be a Model
-
-        if not (isinstance(spec.model, type) and issubclass(spec.model, Model)):
+        # Every sm.Model class carries its field table; checking for it keeps this module free of
+        # an import of `_model`, which imports this one.
+        if not (isinstance(spec.model, type) and hasattr(spec.model, "__shapeml_fields__")):
             raise FieldDeclarationError(
                 f"{where} is declared {spec.kind}({spec.model!r}), which is not an sm.Model class",
                 fix=f"pass the sub-model's class, e.g. sm.{spec.kind}(Block"

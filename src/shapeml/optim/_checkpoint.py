@@ -14,14 +14,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 
+from .._files import read_safetensors, write_safetensors
 from ..models import Model
 from ..models._checkpoint import (
     CheckpointError,
     entry_problems,
     model_from_arrays,
     model_metadata,
-    read_safetensors,
-    write_safetensors,
 )
 from ..models._introspect import tensors
 from ._optimizer import Optimizer, OptimizerKindError, OptimizerMismatchError, adamw, sgd

@@ -1,11 +1,10 @@
-"""Training: the compiled step, the loop (progress, evaluation, checkpoints, resume, data
-parallelism) and the Spotter job behind `shapeml train`."""
+"""Training: the compiled step and the loop (progress, evaluation, checkpoints, resume, data
+parallelism). The Spotter job behind `shapeml train` lives in `shapeml.apps.spotter_job`;
+`train_spotter` and `evaluate_spotter` here are deprecated aliases of it."""
 
 from ._loop import TrainingDivergedError as TrainingDivergedError
 from ._loop import TrainResult as TrainResult
 from ._loop import train as train
-from ._spotter import evaluate_spotter as evaluate_spotter
-from ._spotter import train_spotter as train_spotter
 from ._step import TrainStep as TrainStep
 from ._step import make_mesh as make_mesh
 
@@ -13,8 +12,15 @@ __all__ = [
     "TrainResult",
     "TrainStep",
     "TrainingDivergedError",
-    "evaluate_spotter",
     "make_mesh",
     "train",
-    "train_spotter",
 ]
+
+
+def __getattr__(name: str):
+    # Deprecated aliases, resolved on first use so that the library never imports its apps.
+    if name in ("train_spotter", "evaluate_spotter"):
+        from ..apps import spotter_job
+
+        return getattr(spotter_job, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,9 @@ import numpy as np
 from .. import optim
 from ..data import batches, shapes
 from ..models import load, save
-from ..models.spotter import (
+from ..training import TrainResult, train
+from ..training._loop import predict_in_batches
+from ..zoo.spotter import (
     Spotter,
     confusion,
     cross_entropy,
@@ -20,7 +22,6 @@ from ..models.spotter import (
     per_class_accuracy,
     predict,
 )
-from ._loop import TrainResult, predict_in_batches, train
 
 __all__ = ["TEST_SEED", "evaluate_spotter", "format_report", "spotter_loss", "train_spotter"]
 
