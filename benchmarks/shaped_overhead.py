@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved  # noqa: E402
 
 from shapeml.data import shapes  # noqa: E402
-from shapeml.models import spotter  # noqa: E402
+from shapeml.zoo import spotter  # noqa: E402
 
 
 def main() -> None:

@@ -27,9 +27,9 @@ import optax
 from shapeml import optim
 from shapeml.data import shapes
 from shapeml.models import params as named_params
-from shapeml.models import spotter
-from shapeml.models.mixer import mix_channels, mix_tokens, norm
 from shapeml.training import TrainStep
+from shapeml.zoo import spotter
+from shapeml.zoo.mixer import mix_channels, mix_tokens, norm
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved  # noqa: E402

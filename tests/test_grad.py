@@ -13,9 +13,9 @@ from jaxtyping import Array, Float
 
 import shapeml as sm
 from shapeml.data import shapes
-from shapeml.models import spotter
-from shapeml.models.mixer import mix_channels
-from shapeml.models.mixer import norm as layer_norm
+from shapeml.zoo import spotter
+from shapeml.zoo.mixer import mix_channels
+from shapeml.zoo.mixer import norm as layer_norm
 
 
 class Lin(sm.Model):

@@ -137,7 +137,7 @@ def test_same_seed_is_bit_identical_across_processes():
     code = textwrap.dedent(
         """
         import hashlib, jax, numpy as np
-        from shapeml.models.spotter import Spotter
+        from shapeml.zoo.spotter import Spotter
         m = Spotter.init(seed=11)
         print(hashlib.sha256(b"".join(np.asarray(x).tobytes() for x in jax.tree.leaves(m))).hexdigest())
         """
@@ -327,3 +327,58 @@ def test_host_values_that_would_change_meaning_are_refused():
     with pytest.raises(sm.ShapemlError, match="E0902") as e:
         m.replace(w=np.array([1e40, 0.0]))
     assert "overflows float32" in str(e.value)
+
+
+class Vocab(sm.Model):
+    """A model with static configuration beside its tensors."""
+
+    dims = sm.Dims(V=3, D=4)
+    emb: Float[Array, "V D"] = sm.param(sm.normal(std=0.1))
+    tokens: tuple[str, ...] = sm.static(default=("a", "b", "c"))
+    scale: float = sm.static(default=1.0)
+
+
+class Required(sm.Model):
+    dims = sm.Dims(D=2)
+    w: Float[Array, " D"] = sm.param(sm.ones)
+    scale: float = sm.static()
+
+
+class WithVocabs(sm.Model):
+    dims = sm.Dims(V=3, D=4, L=2)
+    vocabs: tuple[Vocab, ...] = sm.submodels(Vocab, "L")
+    name: str = sm.static(default="net")
+
+
+def test_static_fields_are_configuration_not_leaves():
+    m = Vocab.init(seed=0, scale=2.0, D=5)  # dims and statics by keyword
+    assert (m.tokens, m.scale, m.emb.shape) == (("a", "b", "c"), 2.0, (3, 5))
+    assert len(jax.tree.leaves(m)) == 1  # statics live in the tree structure
+    # jit sees a static as configuration: another value is another program, not a traced leaf
+    double = jax.jit(lambda m: m.emb * m.scale)
+    np.testing.assert_allclose(double(m), np.asarray(m.emb) * 2.0)
+    m3 = m.replace(scale=3.0)
+    np.testing.assert_allclose(double(m3), np.asarray(m.emb) * 3.0)
+    assert jax.tree.structure(m) != jax.tree.structure(m3)
+    assert m.replace(tokens=["x", "y"]).tokens == ("x", "y")  # lists come back as tuples
+    assert "static  tokens = ('a', 'b', 'c')" in repr(m)
+
+
+def test_static_field_errors_name_the_field():
+    with pytest.raises(sm.ShapemlError, match=r"scale: missing") as e:
+        Required(dims=Required.dims)
+    assert e.value.code == "E0902"
+    with pytest.raises(sm.ArgumentTypeError, match=r"`Vocab.tokens` is a static field"):
+        Vocab.init(seed=0, scale=1.0, tokens={"a": 1})
+    with pytest.raises(sm.ShapemlError, match="a field with a similar name exists: `tokens`"):
+        Vocab.init(seed=0, scale=1.0).replace(token=("x",))
+
+
+def test_static_fields_round_trip_through_save_and_load(tmp_path):
+    m = WithVocabs.init(seed=0, name="mine")
+    m = m.replace(vocabs=(m.vocabs[0], m.vocabs[1].replace(tokens=("p", "q", "r"))))
+    sm.save(tmp_path / "m.safetensors", m)
+    back = sm.load(tmp_path / "m.safetensors", WithVocabs)
+    assert back.name == "mine"
+    assert [v.tokens for v in back.vocabs] == [("a", "b", "c"), ("p", "q", "r")]
+    assert jax.tree.structure(back) == jax.tree.structure(m)

@@ -7,7 +7,7 @@ import pytest
 from jaxtyping import Array, Float, UInt8
 
 import shapeml as sm
-from shapeml.models.spotter import Spotter, forward
+from shapeml.zoo.spotter import Spotter, forward
 
 
 class Head(sm.Model):

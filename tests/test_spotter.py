@@ -5,7 +5,7 @@ import numpy as np
 
 import shapeml as sm
 from shapeml.data import shapes
-from shapeml.models import spotter
+from shapeml.zoo import spotter
 
 
 def _gelu(x):

@@ -11,8 +11,8 @@ import pytest
 import shapeml as sm
 from shapeml import optim
 from shapeml.data import shapes
-from shapeml.models import spotter
 from shapeml.training import TrainStep
+from shapeml.zoo import spotter
 
 STEPS, BATCH, LR, WARMUP, COSINE, CLIP, WD = 5, 16, 1e-2, 2, 20, 1.0, 0.01
 

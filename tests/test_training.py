@@ -15,10 +15,10 @@ from jaxtyping import Array, Float
 
 import shapeml as sm
 from shapeml import optim
+from shapeml.apps.spotter_job import spotter_loss
 from shapeml.data import batches, shapes
-from shapeml.models.spotter import Spotter
 from shapeml.training import TrainStep, train
-from shapeml.training._spotter import spotter_loss
+from shapeml.zoo.spotter import Spotter
 
 
 @pytest.fixture(scope="module")
@@ -167,9 +167,9 @@ def test_data_parallel_equals_single_device(tmp_path):
         import json, jax, numpy as np
         from shapeml import optim
         from shapeml.data import batches, shapes
-        from shapeml.models.spotter import Spotter
+        from shapeml.zoo.spotter import Spotter
         from shapeml.training import train
-        from shapeml.training._spotter import spotter_loss
+        from shapeml.apps.spotter_job import spotter_loss
         img, y = shapes.draw(128, seed=0)
         out = {}
         for devices in (None, 2):

@@ -43,6 +43,7 @@ from .models import ones as ones
 from .models import param as param
 from .models import params as params
 from .models import save as save
+from .models import static as static
 from .models import submodel as submodel
 from .models import submodels as submodels
 from .models import uniform as uniform
@@ -86,6 +87,7 @@ __all__ = [
     "shaped",
     "ShapemlError",
     "ShapemlWarning",
+    "static",
     "state",
     "submodel",
     "submodels",

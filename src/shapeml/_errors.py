@@ -62,7 +62,7 @@ CODE_MODULES = (
     "shapeml.models._fields",
     "shapeml.models._model",
     "shapeml.models._checkpoint",
-    "shapeml.optim._optimizer",
+    "shapeml.optim._errors",
     "shapeml.state._errors",
     "shapeml.hoisting._errors",
     "shapeml.int8._errors",

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import shapeml as sm
 from shapeml import optim
 from shapeml.data import shapes
-from shapeml.models.spotter import Spotter, loss
+from shapeml.zoo.spotter import Spotter, loss
 
 img, y = (jnp.asarray(a) for a in shapes.draw(32, seed=0))
 m = Spotter.init(seed=0)

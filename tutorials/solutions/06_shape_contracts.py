@@ -6,8 +6,8 @@ Run: python tutorials/solutions/06_shape_contracts.py
 from jaxtyping import Array, Float, Int
 
 import shapeml as sm
-from shapeml.models.spotter import Spotter, forward, predict
 from shapeml.testing import ContractError, check_contract
+from shapeml.zoo.spotter import Spotter, forward, predict
 
 # 1. The Spotter's forward and predict, at batch 1, 64 and any batch; then with 2x2 patches.
 check_contract(forward, Spotter, sizes={"b": [1, 64, "b"]})

@@ -10,6 +10,7 @@ from ._checkpoint import save as save
 from ._dims import Dims as Dims
 from ._fields import buffer as buffer
 from ._fields import param as param
+from ._fields import static as static
 from ._fields import submodel as submodel
 from ._fields import submodels as submodels
 from ._initializers import full as full
@@ -37,6 +38,7 @@ __all__ = [
     "param",
     "params",
     "save",
+    "static",
     "submodel",
     "submodels",
     "uniform",

@@ -17,14 +17,21 @@ import numpy as np
 from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._version import __version__
+from ._checks import child_dims
 from ._dims import Dims
-from ._introspect import declared, tensors
-from ._model import Model, ShapeMismatchError, child_dims
+from ._introspect import declared, statics, tensors
+from ._model import Model, ShapeMismatchError
+from ._statics import from_json
 
+# `entry_problems`, `model_from_arrays` and `model_metadata` are the checkpoint codec that the
+# optimizer's checkpoints (`shapeml.optim`) build on: a model's entries inside a larger file.
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
+    "entry_problems",
     "load",
+    "model_from_arrays",
+    "model_metadata",
     "save",
 ]
 
@@ -75,6 +82,7 @@ def model_metadata(m: Model) -> dict[str, str]:
         "shapeml.class": f"{cls.__module__}.{cls.__qualname__}",
         "shapeml.dims": json.dumps({n: m.dims[n] for n in m.dims.free}),
         "shapeml.kinds": json.dumps({k: kind for k, (kind, _) in tensors(m).items()}),
+        "shapeml.static": json.dumps(statics(m)),
         "shapeml.version": __version__,
     }
 
@@ -156,7 +164,7 @@ def model_from_arrays(
             f"{len(problems)} problem(s):\n    " + "\n    ".join(problems),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
-    return _build(cls, dims, arrays, "")
+    return _build(cls, dims, arrays, "", _file_statics(cls, meta, source))
 
 
 def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -207,21 +215,35 @@ def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
     return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
 
 
+def _file_statics(cls: type[Model], meta: Mapping[str, str], source: str) -> dict:
+    try:
+        saved = json.loads(meta.get("shapeml.static", "{}"))
+        if not isinstance(saved, dict):
+            raise ValueError(type(saved).__name__)
+    except ValueError:  # JSONDecodeError is a ValueError
+        raise CheckpointFileError(
+            f"`{source}` has unreadable static-field metadata", fix="re-save it with sm.save"
+        ) from None
+    return {k: from_json(v) for k, v in saved.items()}
+
+
 def _fmt(shape, dtype) -> str:
     return f"[{' '.join(map(str, shape))}] {np.dtype(dtype).name}"
 
 
-def _build(cls: type[Model], dims: Dims, arrays: Mapping[str, np.ndarray], prefix: str) -> Model:
-    values = {}
+def _build(
+    cls: type[Model], dims: Dims, arrays: Mapping[str, np.ndarray], prefix: str, saved: dict
+) -> Model:
+    values = {k: saved[prefix + k] for k in cls.__shapeml_statics__ if prefix + k in saved}
     for name, spec in cls.__shapeml_fields__.items():
         if spec.kind == "submodel":
             values[name] = _build(
-                spec.model, child_dims(spec.model, dims), arrays, f"{prefix}{name}."
+                spec.model, child_dims(spec.model, dims), arrays, f"{prefix}{name}.", saved
             )
         elif spec.kind == "submodels":
             sub = child_dims(spec.model, dims)
             values[name] = tuple(
-                _build(spec.model, sub, arrays, f"{prefix}{name}.{i}.")
+                _build(spec.model, sub, arrays, f"{prefix}{name}.{i}.", saved)
                 for i in range(spec.count_in(dims))
             )
         else:

@@ -21,6 +21,7 @@ __all__ = [
     "FieldSpec",
     "buffer",
     "param",
+    "static",
     "submodel",
     "submodels",
 ]
@@ -98,6 +99,21 @@ def submodel(model: type):
 def submodels(model: type, count: int | str):
     """Declares a tuple of `count` sub-models (a number or a dim name, e.g. `"L"`)."""
     return _declare(FieldSpec("submodels", model=model, count=count))
+
+
+def static(default: Any = dataclasses.MISSING):
+    """Declares static configuration: a value that is not a tensor (a vocabulary, a flag).
+
+    It is part of the model's structure (`jax.jit` treats it as configuration), set by keyword in
+    the constructor, `replace` and `init` (or taken from `default`), and saved by `sm.save`. It must
+    be hashable and JSON-serializable: numbers, strings, bools, None and tuples of them.
+
+    Example:
+        >>> class Vocab(sm.Model):
+        ...     dims = sm.Dims(V=3)
+        ...     tokens: tuple[str, ...] = sm.static(default=("a", "b", "c"))
+    """
+    return dataclasses.field(default=default, metadata={"static": True})
 
 
 def spec_of(field: dataclasses.Field) -> FieldSpec | None:

@@ -6,10 +6,11 @@ from collections.abc import Iterator
 
 import jax
 
+from ._checks import child_dims
 from ._fields import FieldSpec
-from ._model import Model, child_dims
+from ._model import Model
 
-__all__ = ["buffers", "count_params", "declared", "param_mask", "params", "tensors"]
+__all__ = ["buffers", "count_params", "declared", "param_mask", "params", "statics", "tensors"]
 
 
 def _walk(m: Model, prefix: str = "") -> Iterator[tuple[str, FieldSpec, object]]:
@@ -44,10 +45,39 @@ def count_params(m: Model) -> int:
     return sum(int(v.size) for v in params(m).values())
 
 
+def statics(m: Model) -> dict[str, object]:
+    """The static configuration of `m` and its sub-models (`sm.static()`), by dotted name."""
+    out = {name: getattr(m, name) for name in type(m).__shapeml_statics__}
+    for name, spec in type(m).__shapeml_fields__.items():
+        if spec.kind == "submodel":
+            pairs = [(name, getattr(m, name))]
+        elif spec.kind == "submodels":
+            pairs = [(f"{name}.{i}", c) for i, c in enumerate(getattr(m, name))]
+        else:
+            continue
+        for prefix, child in pairs:
+            out.update({f"{prefix}.{k}": v for k, v in statics(child).items()})
+    return out
+
+
+def dotted_name(path) -> str:
+    """The dotted name of a leaf's tree path (`blocks.0.w1`), as every name-based API spells it."""
+    parts = []
+    for key in path:
+        for attr in ("name", "idx", "key"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
 def param_mask(m: Model):
-    """A pytree like `m` with True at every param leaf and False at every buffer leaf."""
-    kinds = iter([spec.kind == "param" for _, spec, _ in _walk(m)])
-    return jax.tree.map(lambda _: next(kinds), m)
+    """A pytree like `m` with True at every param leaf and False at every buffer leaf (each leaf
+    paired with its declaration by its dotted path, not by position)."""
+    kinds = {name: spec.kind for name, spec, _ in _walk(m)}
+    return jax.tree_util.tree_map_with_path(lambda p, _: kinds[dotted_name(p)] == "param", m)
 
 
 def declared(cls: type[Model], dims) -> dict[str, tuple[str, tuple[int, ...], object]]:

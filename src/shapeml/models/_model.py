@@ -8,7 +8,6 @@ step under `jax.jit`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import sys
 import typing
@@ -18,12 +17,14 @@ from typing import Any, ClassVar
 import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._cast import cast_host_array
+from .._compile_cache import CompileCache
 from .._errors import ShapemlError, similar
+from ._checks import check_value, child_dims, describe_spec, dims_str
 from ._dims import Dims, DimsError
 from ._fields import FieldDeclarationError, FieldSpec, complete_spec, spec_of
+from ._repr import repr_lines
+from ._statics import check_static
 
 __all__ = [
     "FrozenModelError",
@@ -137,6 +138,8 @@ class Model(eqx.Module):
     _dims: Dims = eqx.field(static=True)
     dims = _DimsAccess()
     __shapeml_fields__: ClassVar[dict[str, FieldSpec]] = {}
+    # Static configuration fields (`sm.static()`): name -> default (`dataclasses.MISSING` if none).
+    __shapeml_statics__: ClassVar[dict[str, Any]] = {}
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -154,13 +157,16 @@ class Model(eqx.Module):
             )
         cls.__dims_decl__ = decl
         fields = dict(cls.__shapeml_fields__)
+        statics = dict(cls.__shapeml_statics__)
         hints = _annotations_of(cls)
         for name, hint in hints.items():
             value = cls.__dict__.get(name, dataclasses.MISSING)
             spec = spec_of(value) if isinstance(value, dataclasses.Field) else None
             if spec is None:
                 if isinstance(value, dataclasses.Field) and value.metadata.get("static"):
-                    continue  # static configuration, e.g. eqx.field(static=True, default=...)
+                    # static configuration: `sm.static()` or `eqx.field(static=True, ...)`
+                    statics[name] = value.default
+                    continue
                 if typing.get_origin(hint) is ClassVar:
                     continue
                 raise FieldDeclarationError(
@@ -170,6 +176,7 @@ class Model(eqx.Module):
                 )
             fields[name] = complete_spec(cls.__name__, name, spec, hint, decl)
         cls.__shapeml_fields__ = fields
+        cls.__shapeml_statics__ = statics
 
     def __init__(self, *, dims: Dims | Mapping[str, int] | None = None, **values: Any):
         cls = type(self)
@@ -184,25 +191,33 @@ class Model(eqx.Module):
                 f"`{cls.__name__}` declares dims {list(decl)}, but was given {list(dims)}",
                 fix=f"pass dims=`{cls.__name__}.dims.resolve(...)`",
             )
-        unknown = [k for k in values if k not in specs]
+        statics = cls.__shapeml_statics__
+        unknown = [k for k in values if k not in specs and k not in statics]
         if unknown:
+            known = [*specs, *statics]
             raise UnknownFieldError(
                 f"`{cls.__name__}` has no field {', '.join(f'`{k}`' for k in unknown)} "
-                f"(fields: {', '.join(specs) or 'none'})",
-                fix=similar(unknown[0], specs),
+                f"(fields: {', '.join(known) or 'none'})",
+                fix=similar(unknown[0], known),
             )
         problems: list[str] = []
+        for name, default in statics.items():
+            value = values.get(name, default)
+            if value is dataclasses.MISSING:
+                problems.append(f"{name}: missing (static configuration, no default)")
+                continue
+            object.__setattr__(self, name, check_static(cls.__name__, name, value))
         for name, spec in specs.items():
             if name not in values:
-                problems.append(f"{name}: missing ({_describe_spec(spec, dims)})")
+                problems.append(f"{name}: missing ({describe_spec(spec, dims)})")
                 continue
-            value, problem = _check_value(cls.__name__, name, spec, values[name], dims)
+            value, problem = check_value(cls.__name__, name, spec, values[name], dims)
             if problem:
                 problems.append(problem)
             object.__setattr__(self, name, value)
         if problems:
             raise ShapeMismatchError(
-                f"`{cls.__name__}` ({_dims_str(dims)}) was given {len(problems)} field(s) that do "
+                f"`{cls.__name__}` ({dims_str(dims)}) was given {len(problems)} field(s) that do "
                 "not match their declarations:\n    " + "\n    ".join(problems),
                 fix="check the dims the model was built with, or build it with the dims that "
                 "match: e.g. `init(seed=0, D=64)`",
@@ -219,7 +234,8 @@ class Model(eqx.Module):
         Args:
             seed: a whole number, a `jax.random.key`, or an int array (so `jax.vmap(M.init)`
                 over seeds builds an ensemble, each member with a leading axis).
-            **dims: overrides of free dims (`D=64`).
+            **dims: overrides of free dims (`D=64`), and values of static fields (`sm.static()`);
+                a static field not given takes its default.
 
         Raises:
             DimsOverrideError: (E0904) for an unknown or derived dim, or a bad value.
@@ -228,11 +244,13 @@ class Model(eqx.Module):
             seed.dtype, jax.dtypes.prng_key
         )
         key = seed if is_key else jax.random.key(seed)  # an int array works too: vmap over seeds
-        return _compiled_init(cls, cls.dims.resolve(**dims))(key)
+        statics = {k: dims.pop(k) for k in list(dims) if k in cls.__shapeml_statics__}
+        statics = tuple((k, check_static(cls.__name__, k, v)) for k, v in sorted(statics.items()))
+        return _INIT.get(_InitKey(cls, cls.dims.resolve(**dims), statics))(key)
 
     @classmethod
-    def _init_at(cls, key: jax.Array, dims: Dims, prefix: str):
-        values = {}
+    def _init_at(cls, key: jax.Array, dims: Dims, prefix: str, statics: tuple = ()):
+        values = dict(statics)
         for name, spec in cls.__shapeml_fields__.items():
             path = prefix + name
             if spec.kind == "submodel":
@@ -256,12 +274,13 @@ class Model(eqx.Module):
             UnknownFieldError: (E0901) for a name the model does not declare.
             ShapeMismatchError: (E0902) for a wrong shape or dtype.
         """
-        specs = type(self).__shapeml_fields__
+        cls = type(self)
+        specs = [*cls.__shapeml_fields__, *cls.__shapeml_statics__]
         values = {name: getattr(self, name) for name in specs}
         for name in changes:
             if name not in specs:
                 raise UnknownFieldError(
-                    f"`{type(self).__name__}` has no field `{name}` to replace "
+                    f"`{cls.__name__}` has no field `{name}` to replace "
                     f"(fields: {', '.join(specs)})",
                     fix=similar(name, specs),
                 )
@@ -270,7 +289,7 @@ class Model(eqx.Module):
     def __getattr__(self, name: str):
         if name.startswith("_"):
             raise AttributeError(name)
-        specs = type(self).__shapeml_fields__
+        specs = [*type(self).__shapeml_fields__, *type(self).__shapeml_statics__]
         raise UnknownFieldError(
             f"`{type(self).__name__}` has no field `{name}` (fields: {', '.join(specs) or 'none'})",
             fix=similar(name, list(specs) + ["dims"]),
@@ -278,7 +297,7 @@ class Model(eqx.Module):
 
     def __setattr__(self, name: str, value: Any):
         cls = type(self).__name__
-        known = name in type(self).__shapeml_fields__
+        known = name in type(self).__shapeml_fields__ or name in type(self).__shapeml_statics__
         raise FrozenModelError(
             f"`{cls}` is immutable: `m.{name} = ...` cannot change it"
             + ("" if known else f" (and `{cls}` has no field `{name}`)"),
@@ -289,122 +308,16 @@ class Model(eqx.Module):
         self.__setattr__(name, None)
 
     def __repr__(self) -> str:
-        return "\n".join(_repr_lines(self, ""))
+        return "\n".join(repr_lines(self, ""))
 
 
-@functools.lru_cache(maxsize=256)
-def _compiled_init(cls: type[Model], dims: Dims):
-    # One compiled program draws every field: far faster than one eager dispatch per field.
-    return jax.jit(lambda key: cls._init_at(key, dims, ""))
+class _InitKey(typing.NamedTuple):
+    cls: type
+    dims: Dims
+    statics: tuple
 
 
-def child_dims(model: type[Model], parent: Dims) -> Dims:
-    """A sub-model's dims: its own declaration, with every free dim it shares with the parent
-    taken from the parent.
-
-    Raises:
-        DimsError: (E0903) when a derived dim of the child disagrees with the parent's.
-    """
-    decl = model.dims
-    dims = decl.resolve(**{n: parent[n] for n in decl.free if n in parent})
-    for n in decl.derived:
-        if n in parent and dims[n] != parent[n]:
-            raise DimsError(
-                f"`{model.__name__}` derives {n} = {dims[n]} but its parent has {n} = {parent[n]}",
-                fix=f"make the two declarations of `{n}` agree",
-            )
-    return dims
-
-
-def _dims_str(dims: Mapping[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in dims.items())
-
-
-def _describe_spec(spec: FieldSpec, dims: Mapping[str, int]) -> str:
-    if spec.kind == "submodel":
-        return spec.model.__name__
-    if spec.kind == "submodels":
-        return f"{spec.count_in(dims)} x {spec.model.__name__}"
-    shape = spec.shape_in(dims)
-    return f"[{spec.shape_str}] = [{' '.join(map(str, shape))}] {spec.dtype.name}"
-
-
-def _check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
-    """Returns (value to store, problem or None)."""
-    if spec.kind == "submodel":
-        return _check_child(owner, name, spec.model, value, dims)
-    if spec.kind == "submodels":
-        if not isinstance(value, (tuple, list)):
-            return (
-                value,
-                f"{name}: expected a tuple of {spec.model.__name__}, got {type(value).__name__}",
-            )
-        count = spec.count_in(dims)
-        if len(value) != count:
-            return tuple(value), (
-                f"{name}: expected {count} x {spec.model.__name__} ({spec.count}={count}), "
-                f"got {len(value)}"
-            )
-        checked = [
-            _check_child(owner, f"{name}.{i}", spec.model, v, dims) for i, v in enumerate(value)
-        ]
-        problems = [p for _, p in checked if p]
-        return tuple(v for v, _ in checked), ("; ".join(problems) or None)
-    expected = spec.shape_in(dims)
-    if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        value = np.asarray(value)
-    if isinstance(value, np.ndarray) and not isinstance(value, jax.Array):
-        converted, why = cast_host_array(value, spec.dtype)
-        if why and tuple(value.shape) == expected:
-            return value, f"{name}: {why}"
-        if converted is not None:
-            value = jnp.asarray(converted)
-    shape, dtype = tuple(value.shape), np.dtype(value.dtype)
-    if shape != expected or dtype != spec.dtype:
-        return value, (
-            f"{name}: expected [{spec.shape_str}] = [{' '.join(map(str, expected))}] "
-            f"{spec.dtype.name}, got [{' '.join(map(str, shape))}] {dtype.name}"
-        )
-    return value, None
-
-
-def _check_child(owner: str, name: str, model: type[Model], value: Any, dims: Dims):
-    if not isinstance(value, model):
-        return value, f"{name}: expected a {model.__name__}, got {type(value).__name__}"
-    expected = child_dims(model, dims)
-    if value.dims != expected:
-        diff = ", ".join(
-            f"{k}: expected {expected[k]}, got {value.dims[k]}"
-            for k in expected
-            if value.dims[k] != expected[k]
-        )
-        return value, f"{name}: its dims differ from `{owner}`'s ({diff})"
-    return value, None
-
-
-def _repr_lines(m: Model, indent: str) -> list[str]:
-    cls = type(m)
-    lines = [f"{cls.__name__}({_dims_str(m.dims)})"]
-    rows = []
-    for name, spec in cls.__shapeml_fields__.items():
-        value = m.__dict__.get(name)
-        if spec.kind == "submodel":
-            sub = _repr_lines(value, indent + "  ")
-            lines.append(f"{indent}  {name}: {sub[0]}")
-            lines.extend(sub[1:])
-        elif spec.kind == "submodels":
-            for i, child in enumerate(value or ()):
-                sub = _repr_lines(child, indent + "  ")
-                lines.append(f"{indent}  {name}.{i}: {sub[0]}")
-                lines.extend(sub[1:])
-        else:
-            shape = " ".join(map(str, getattr(value, "shape", ())))
-            dtype = getattr(getattr(value, "dtype", None), "name", "?")
-            rows.append((spec.kind, name, f"[{spec.shape_str}]", f"[{shape}]", dtype))
-    if rows:
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        table = [
-            f"{indent}  " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows
-        ]
-        lines[1:1] = table
-    return lines
+# One compiled program draws every field: far faster than one eager dispatch per field.
+_INIT: CompileCache = CompileCache(
+    lambda k: jax.jit(lambda key: k.cls._init_at(key, k.dims, "", k.statics)), maxsize=256
+)

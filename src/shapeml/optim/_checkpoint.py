@@ -23,7 +23,8 @@ from ..models._checkpoint import (
     model_metadata,
 )
 from ..models._introspect import tensors
-from ._optimizer import Optimizer, OptimizerKindError, OptimizerMismatchError, adamw, sgd
+from ._errors import OptimizerKindError, OptimizerMismatchError
+from ._optimizer import Optimizer, adamw, sgd
 from ._schedules import from_config
 from ._transforms import clip_norm
 
