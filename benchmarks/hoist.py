@@ -5,19 +5,26 @@ Per-call time of the same forward three ways, measured in one run:
   * `sm.hoist(forward)`: the weight-only work split out automatically, run once;
   * a hand-written jitted forward on weights prepared by hand (the target).
 
+Each call is timed alone (blocked on its result), in a freshly shuffled order per round after an
+untimed call of the same function (`_timing.interleaved`), so no contender always follows the
+plain forward's cache-flushing dequantization.
+
 Run: `python benchmarks/hoist.py [--width 1024] [--calls 300]`.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import sys
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 
-import shapeml as sm
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import interleaved  # noqa: E402
+
+import shapeml as sm  # noqa: E402
 
 LAYERS, RANK = 4, 16
 
@@ -70,18 +77,9 @@ def forward_prepared(prepared: dict, x: jax.Array) -> jax.Array:
     return x
 
 
-def median_us(fns: list, calls: int) -> list[float]:
-    """Median microseconds per call of each fn; calls interleaved so load noise hits all alike."""
-    for fn in fns:
-        for _ in range(10):
-            jax.block_until_ready(fn())
-    times = [[] for _ in fns]
-    for _ in range(calls):
-        for fn, ts in zip(fns, times):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fn())
-            ts.append(time.perf_counter() - t0)
-    return [statistics.median(ts) * 1e6 for ts in times]
+def per_call_us(fns: dict, calls: int) -> dict[str, float]:
+    """Median microseconds of one blocked call of each function, over `calls` shuffled rounds."""
+    return interleaved(fns, rounds=calls, number=1)
 
 
 def main() -> None:
@@ -104,19 +102,34 @@ def main() -> None:
         x = jax.random.normal(jax.random.key(batch), (batch, args.width))
         ref = plain(model, x)
         err = float(jnp.max(jnp.abs(hoisted(model, x) - ref)) / jnp.max(jnp.abs(ref)))
-        t_jit, t_hoist, t_hand = median_us(
-            [
-                lambda x=x: plain(model, x),
-                lambda x=x: hoisted(model, x),
-                lambda x=x: by_hand(prepared, x),
-            ],
+        t = per_call_us(
+            {
+                "jit": lambda x=x: plain(model, x),
+                "hoist": lambda x=x: hoisted(model, x),
+                "hand": lambda x=x: by_hand(prepared, x),
+            },
             args.calls,
         )
+        t_jit, t_hoist, t_hand = t["jit"], t["hoist"], t["hand"]
         rows.append((batch, t_hoist / t_hand, t_jit / t_hoist, t_jit / t_hand))
         print(
             f"batch {batch:3d}: plain jit {t_jit:8.1f} us | sm.hoist {t_hoist:8.1f} us | "
             f"hand-prepared {t_hand:8.1f} us | max rel err {err:.1e}"
         )
+    # The per-call Python cost of the fast path (flatten, identity check, signature lookup), seen
+    # at a width where the matmuls cost next to nothing.
+    tiny, x1 = init(64), jnp.ones((1, 64))
+    tiny_prepared = jax.block_until_ready(jax.jit(prepare_by_hand)(tiny))
+    tiny_hoisted = sm.hoist(forward)
+    t = per_call_us(
+        {"hoist": lambda: tiny_hoisted(tiny, x1), "hand": lambda: by_hand(tiny_prepared, x1)},
+        args.calls * 3,
+    )
+    t_hoist, t_hand = t["hoist"], t["hand"]
+    print(
+        f"width 64, batch 1: sm.hoist {t_hoist:.1f} us | hand-prepared {t_hand:.1f} us | "
+        f"fast-path overhead {t_hoist - t_hand:+.1f} us per call (no budget; noisy on a busy host)"
+    )
     report = hoisted.report()
     print(
         f"hoisted {report.hoisted_ops} ops; prepared {report.prepared_bytes / 2**20:.1f} MiB "

@@ -16,6 +16,7 @@ import safetensors.numpy
 from jax import lax
 
 import shapeml as sm
+from shapeml import _compile_cache
 from shapeml.hoisting import (
     ArtifactCorruptError,
     ArtifactMismatchError,
@@ -23,6 +24,7 @@ from shapeml.hoisting import (
     HoistArgumentError,
     MutableWeightsError,
     NotTracedError,
+    UnhashableStaticError,
 )
 
 D_IN, D, R, C, T_MAX = 12, 8, 2, 5, 16
@@ -505,12 +507,14 @@ def test_corrupt_artifacts_raise(tmp_path):
     with pytest.raises(ArtifactCorruptError, match="checksum"):
         sm.load_exported(flipped)
 
+    # Unreadable and missing files are the file layer's errors, as for every file shapeml reads.
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(data[: len(data) // 2])
-    with pytest.raises(ArtifactCorruptError, match="not a readable"):
+    with pytest.raises(sm.ShapemlError, match=r"E1302.*truncated\.safetensors") as e:
         sm.load_exported(truncated)
+    assert isinstance(e.value, ValueError) and "sm.export" in str(e.value)
 
-    with pytest.raises(ArtifactCorruptError, match="not a readable"):
+    with pytest.raises(FileNotFoundError, match=r"E1304.*missing\.safetensors"):
         sm.load_exported(tmp_path / "missing.safetensors")
 
     plain = tmp_path / "plain.safetensors"
@@ -568,4 +572,39 @@ def test_errors_name_the_problem():
         sm.hoist(lambda m, x: x, weights=-1)
     with pytest.raises(HoistArgumentError, match="positional"):
         sm.hoist(lambda x, m: x, weights=1)(jnp.ones(2))
+    with pytest.raises(UnhashableStaticError, match=r"E1504.*`set`"):  # a set is a static leaf
+        sm.hoist(lambda m, x, s: x @ m["w"])({"w": jnp.eye(2)}, jnp.ones(2), {1, 2})
     assert "E1502" in str(sm.explain("E1502"))
+
+
+# --- the compile cache ------------------------------------------------------------------------
+
+
+def test_programs_come_from_the_compile_cache(monkeypatch):
+    builds = []
+    real_get = _compile_cache.CompileCache.get
+
+    def spy(self, key):
+        before = self.builds
+        out = real_get(self, key)
+        if self.builds > before:
+            builds.append(key)
+        return out
+
+    monkeypatch.setattr(_compile_cache.CompileCache, "get", spy)
+    traces = []
+
+    def f(m, x):
+        traces.append(x.shape)
+        return x @ (m["w"] * 2.0)
+
+    fast = sm.hoist(f)
+    m = {"w": jnp.eye(3)}
+    for batch in (2, 2, 5, 2, 5):
+        np.testing.assert_allclose(fast(m, jnp.ones((batch, 3))), 2.0 * jnp.ones((batch, 3)))
+    assert traces == [(2, 3), (5, 3)]  # no re-trace on a second call, one per new shape
+    assert fast.report().traces == 2 and fast.report().prepare_runs == 1
+    programs = [k for k in builds if hasattr(k, "inputs")]
+    assert [k.inputs for k in programs] == [
+        _compile_cache.Signature.of(((jnp.ones((b, 3)),), {}))[0] for b in (2, 5)
+    ]

@@ -9,9 +9,8 @@ the arguments, describe each leaf (an array by shape, dtype and weak type; anyth
 from __future__ import annotations
 
 import collections
-import dataclasses
 from collections.abc import Callable, Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 import jax
 import numpy as np
@@ -44,17 +43,16 @@ def is_array(x) -> bool:
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
 
-@dataclasses.dataclass(frozen=True)
-class ArrayKey:
+# Named tuples, not dataclasses: their equality and hashing run in C, on every call's fast path.
+class ArrayKey(NamedTuple):
     """What about an array leaf selects a program."""
 
-    shape: tuple[int, ...]
-    dtype: Any
+    shape: tuple  # ints, or symbolic dims (`jax.export`)
+    dtype: Any  # a numpy dtype, or a PRNG key dtype
     weak_type: bool
 
 
-@dataclasses.dataclass(frozen=True)
-class StaticKey:
+class StaticKey(NamedTuple):
     """A static leaf selects a program by its type and value."""
 
     type: type
@@ -70,7 +68,7 @@ def leaf_key(x) -> ArrayKey | StaticKey:
     if type(x) is _ArrayImpl:  # the common case, without an ABC isinstance check
         return ArrayKey(x.shape, x.dtype, x.weak_type)
     if is_array(x):
-        return ArrayKey(tuple(x.shape), np.dtype(x.dtype), bool(getattr(x, "weak_type", False)))
+        return ArrayKey(tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)))
     try:
         hash(x)
     except TypeError:
@@ -81,8 +79,7 @@ def leaf_key(x) -> ArrayKey | StaticKey:
     return StaticKey(type(x), x)
 
 
-@dataclasses.dataclass(frozen=True)
-class Signature:
+class Signature(NamedTuple):
     """The structure of a pytree of arguments and the key of each of its leaves."""
 
     treedef: Any
@@ -97,6 +94,19 @@ class Signature:
     def dynamic(self) -> list[int]:
         """Positions of the array leaves (traced), in flattening order."""
         return [i for i, k in enumerate(self.leaves) if isinstance(k, ArrayKey)]
+
+    def abstract_leaves(self) -> list:
+        """The leaves to trace with: a `jax.ShapeDtypeStruct` per array, each static's value."""
+        return [
+            jax.ShapeDtypeStruct(k.shape, k.dtype, weak_type=k.weak_type)
+            if isinstance(k, ArrayKey)
+            else k.value
+            for k in self.leaves
+        ]
+
+    def abstract(self):
+        """The pytree this signature describes, with `abstract_leaves()` as its leaves."""
+        return jax.tree.unflatten(self.treedef, self.abstract_leaves())
 
 
 class CompileCache(Generic[T]):

@@ -5,22 +5,27 @@ the tangent output back to the tangent inputs, says which params' tangents reach
 param read only through `stop_gradient` has a zero tangent, so it counts as never read. JAX's DCE
 follows nested jaxprs (pjit, scan, cond, while, custom_jvp/vjp) and keeps every input of a
 primitive it cannot see into, so the analysis errs towards "read": it never warns falsely.
+
+Each param is named by its path in the params pytree (`blocks.0.w1`, as `sm.params(m)` names it).
+An analysis depends only on the `Signature` of the params, the model's other leaves and the loss's
+arguments, so it is cached per loss function in a `CompileCache` keyed by that signature.
 """
 
 from __future__ import annotations
 
 import warnings
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 
 from . import _jax_internals as jxi
+from ._compile_cache import CompileCache, Signature, UnhashableStaticError, is_array
 from ._errors import ShapemlError, ShapemlWarning
 
-__all__ = ["DeadParamWarning", "NoParamsReadError", "check_reads"]
+__all__ = ["DeadParamWarning", "LossShapeError", "NoParamsReadError", "check_reads"]
 
 
 class DeadParamWarning(
@@ -56,8 +61,6 @@ by `stop_gradient`.
     pass
 
 
-# Per loss function (weakly held: a lambda and what it captures are not kept alive), the analyses
-# of the signatures seen so far.
 class LossShapeError(
     ShapemlError,
     TypeError,
@@ -72,84 +75,121 @@ Reduce it to one number (`jnp.mean(...)` over the batch), or return `(scalar, au
     pass
 
 
-_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Per loss function (weakly held: a lambda and what it captures are not kept alive), the analyses
+# of the signatures seen so far.
+_CACHE: weakref.WeakKeyDictionary[Callable, CompileCache[Reads]] = weakref.WeakKeyDictionary()
 _PER_FUNCTION = 64
 
 
-def _abstract(x):
-    if eqx.is_array(x):
-        return jax.ShapeDtypeStruct(x.shape, x.dtype)
-    return x
+class Reads(NamedTuple):
+    """The outcome of one analysis: every param's dotted name, and those the loss never reads."""
+
+    names: tuple[str, ...]
+    unread: tuple[str, ...]
 
 
-def check_reads(f: Callable, loss_of_params: Callable, params, m, args, kwargs, has_aux: bool):
-    """Warns W1101 for each unread param and raises E1101 when none is read (cached per signature)."""
-    names = _param_names(m)
-    dynamic, static = eqx.partition((args, kwargs), eqx.is_array)
-    leaves, treedef = jax.tree.flatten((params, dynamic))
-    key = (treedef, tuple((x.shape, str(x.dtype)) for x in leaves), _static_key(static))
+class _Key(NamedTuple):
+    """What an analysis depends on: `(params, rest, args, kwargs)`'s signature, and `has_aux`."""
+
+    trees: Signature
+    has_aux: bool
+
+
+def check_reads(f: Callable, params, m, args, kwargs, has_aux: bool):
+    """Warns W1101 for each unread param and raises E1101 when none is read.
+
+    Args:
+        f: the loss, `f(m, *args, **kwargs)`; its analyses are cached per `f`.
+        params: `m` with every leaf that is not a param replaced by None.
+        m: the model.
+        args, kwargs: the loss's other arguments (arrays are traced, other leaves static).
+        has_aux: whether `f` returns `(value, aux)`.
+
+    Arguments whose non-array leaves are unhashable cannot be keyed, so such a loss is analysed
+    on every trace instead of once per signature.
+    """
+    is_param = jax.tree.map(lambda p: p is not None, params, is_leaf=lambda p: p is None)
+    rest = eqx.filter(m, is_param, inverse=True)
+    trees = (params, rest, args, kwargs)
+    cache = _cache_for(f)
     try:
-        seen = _CACHE.setdefault(f, OrderedDict())
-    except TypeError:  # not weakly referenceable (e.g. a functools.partial): analyse every trace
-        seen = OrderedDict()
-    if key in seen:
-        seen.move_to_end(key)
-        unread = seen[key]
+        sig = Signature.of(trees)[0]
+    except UnhashableStaticError:
+        sig = None
+    if cache is None or sig is None:
+        reads = _unread(f, trees, has_aux)
     else:
-        unread = _unread(loss_of_params, params, dynamic, static, has_aux, names)
-        seen[key] = unread
-        if len(seen) > _PER_FUNCTION:
-            seen.popitem(last=False)
-    loss_name = getattr(f, "__qualname__", repr(f))
-    model_name = type(m).__name__
-    if names and len(unread) == len(names):
+        reads = cache.get(_Key(sig, has_aux))
+    _report(reads, getattr(f, "__qualname__", repr(f)), type(m).__name__)
+
+
+def _cache_for(f: Callable) -> CompileCache[Reads] | None:
+    """`f`'s analyses; None when `f` cannot be weakly referenced (then every trace analyses)."""
+    try:
+        cache = _CACHE.get(f)
+        if cache is None:
+            ref = weakref.ref(f)  # the cache must not keep `f` (its key) alive
+
+            def analyse(key: _Key) -> Reads:
+                return _unread(ref(), key.trees.abstract(), key.has_aux)
+
+            cache = _CACHE[f] = CompileCache(analyse, maxsize=_PER_FUNCTION)
+    except TypeError:  # not weakly referenceable or not hashable
+        return None
+    return cache
+
+
+def _report(reads: Reads, loss_name: str, model_name: str) -> None:
+    if reads.names and len(reads.unread) == len(reads.names):
         raise NoParamsReadError(
-            f"`{loss_name}` reads none of `{model_name}`'s params ({', '.join(names)}), so every "
-            "gradient would be zero",
+            f"`{loss_name}` reads none of `{model_name}`'s params ({', '.join(reads.names)}), so "
+            "every gradient would be zero",
             fix="make the loss compute its value from the model it is given",
         )
-    for name in unread:
+    for name in reads.unread:
         warnings.warn(
             DeadParamWarning(
                 f"`{loss_name}` never reads the param `{name}` of `{model_name}`, so its "
                 "gradient is always zero",
                 fix="use it in the forward, remove it, or make it an sm.buffer if it isn't trained",
             ),
-            stacklevel=4,
+            stacklevel=5,
         )
 
 
-def _static_key(static):
-    leaves, treedef = jax.tree.flatten(static)
-    keys = []
-    for leaf in leaves:
-        try:
-            hash(leaf)
-            keys.append(leaf)
-        except TypeError:
-            keys.append(id(leaf))
-    return treedef, tuple(keys)
+def _dotted(path) -> str:
+    return jax.tree_util.keystr(path, simple=True, separator=".")
 
 
-def _param_names(m) -> list[str]:
-    from .models._introspect import params
+def _unread(f: Callable, trees, has_aux: bool) -> Reads:
+    """Traces the loss's tangent on abstract values and reads, per param, whether DCE keeps it.
 
-    return list(params(m))
+    `trees` is `(params, rest, args, kwargs)`; its array leaves may be concrete, traced or
+    `jax.ShapeDtypeStruct`s (only their shapes and dtypes are used).
+    """
+    params, *others = trees
+    named = jax.tree_util.tree_flatten_with_path(params)[0]
+    dynamic, static = eqx.partition(others, is_array)
 
-
-def _unread(loss_of_params, params, dynamic, static, has_aux, names) -> list[str]:
     def tangent_of_loss(p, t, dyn):
-        a, kw = eqx.combine(dyn, static)
+        rest, args, kwargs = eqx.combine(dyn, static)
 
         def value(p):
-            out = loss_of_params(p, *a, **kw)
+            out = f(eqx.combine(p, rest), *args, **kwargs)
             return out[0] if has_aux else out
 
         return jax.jvp(value, (p,), (t,))[1]
 
-    abstract_params = jax.tree.map(_abstract, params)
+    def abstract(tree):
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, weak_type=bool(getattr(x, "weak_type", False))
+            ),
+            tree,
+        )
+
     closed = jxi.make_closed_jaxpr(
-        tangent_of_loss, abstract_params, abstract_params, jax.tree.map(_abstract, dynamic)
+        tangent_of_loss, abstract(params), abstract(params), abstract(dynamic)
     )
     out_shape = closed.out_avals[0].shape
     if out_shape != ():
@@ -157,7 +197,9 @@ def _unread(loss_of_params, params, dynamic, static, has_aux, names) -> list[str
             f"the loss returns an array of shape {out_shape}; value_and_grad needs a scalar",
             fix="reduce it, e.g. return jnp.mean(per_example_losses)",
         )
-    used = jxi.used_inputs(closed)
-    n = len(jax.tree.leaves(params))
-    tangent_used = used[n : 2 * n]
-    return [name for name, u in zip(names, tangent_used) if not u]
+    # The traced inputs are the params' leaves, then their tangents (same flattening, so the
+    # i-th tangent is the i-th named param), then the other array leaves.
+    n = len(named)
+    tangent_used = jxi.used_inputs(closed)[n : 2 * n]
+    names = tuple(_dotted(path) for path, _ in named)
+    return Reads(names, tuple(name for name, used in zip(names, tangent_used) if not used))

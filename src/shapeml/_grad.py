@@ -240,7 +240,7 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
     def loss_of_params(p, *a, **kw):
         return f(eqx.combine(p, rest), *a, **kw)
 
-    check_reads(f, loss_of_params, params, m, args, kwargs, has_aux)
+    check_reads(f, params, m, args, kwargs, has_aux)
     value, tree = jax.value_and_grad(loss_of_params, has_aux=has_aux)(params, *args, **kwargs)
     return value, Grad[type(m)](tree)
 

@@ -9,11 +9,11 @@ from ._errors import ExportError as ExportError
 from ._errors import HoistArgumentError as HoistArgumentError
 from ._errors import MutableWeightsError as MutableWeightsError
 from ._errors import NotTracedError as NotTracedError
-from ._export import Exported as Exported
 from ._export import export as export
-from ._export import load_exported as load_exported
 from ._hoist import Hoisted as Hoisted
 from ._hoist import hoist as hoist
+from ._load import Exported as Exported
+from ._load import load_exported as load_exported
 from ._report import HoistReport as HoistReport
 from ._split import Boundary as Boundary
 

@@ -11,10 +11,9 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-import jax
-
+from .._compile_cache import Signature
 from ._hoist import Hoisted
-from ._program import leaf_key
+from ._prepared import Run
 from ._report import HoistReport
 
 
@@ -27,20 +26,20 @@ class Baked:
         # Every baked program's prepared tensors are kept: the model is fixed, so there is only
         # ever one set of weights to prepare.
         self._hoisted = Hoisted(f, 0, max_prepared_bytes, cut_broadcasts=True, cache_size=1)
-        self._runs: dict = {}
+        self._runs: dict[Signature, Run] = {}
 
     def __call__(self, *inputs, **kwargs):
-        leaves, tree = jax.tree.flatten((inputs, kwargs))
-        run = self._runs.get((tree, tuple(map(leaf_key, leaves))))
+        sig, leaves = Signature.of((inputs, kwargs))
+        run = self._runs.get(sig)
         if run is not None:
-            main, boundary, per_call, dyn = run
-            return main(boundary, per_call, leaves if dyn is None else [leaves[i] for i in dyn])
+            return run(leaves)
         out = self._hoisted(self._model, *inputs, **kwargs)
-        entry = self._hoisted._last
-        if entry is not None:
-            run = entry.runs.get((tree, tuple(map(leaf_key, leaves))))
+        prepared = self._hoisted._last
+        if prepared is not None:
+            # The hoisted call keyed its run by the same (inputs, kwargs) signature.
+            run = prepared.runs.get(sig)
             if run is not None:
-                self._runs[(tree, tuple(map(leaf_key, leaves)))] = run
+                self._runs[sig] = run
         return out
 
     def report(self) -> HoistReport:

@@ -82,11 +82,13 @@ class ArtifactCorruptError(
     ShapemlError,
     ValueError,
     code="E1506",
-    title="exported artifact is unreadable or corrupt",
+    title="exported artifact is corrupt or not an export",
     explanation="""
-`sm.load_exported` could not read the file as a shapeml artifact: it is missing, truncated, not a
-safetensors file, was not written by `sm.export`, or a checksum of the program or of the tensors
-does not match what was written. Re-export the model with `sm.export`.
+`sm.load_exported` read the file as safetensors, but not as a shapeml artifact: it was not written
+by `sm.export`, its metadata is damaged, or a checksum of the program or of the tensors does not
+match what was written (the file changed after writing). Re-export the model with `sm.export`.
+A missing file is `E1304` and one that is not valid safetensors (truncated, another format) is
+`E1302`, as for every file shapeml reads.
 """,
 ):
     pass

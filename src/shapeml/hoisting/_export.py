@@ -1,8 +1,9 @@
-"""Baked artifacts: the main program serialized with `jax.export` beside the prepared tensors.
+"""`sm.export`: the main program serialized with `jax.export` beside the prepared tensors.
 
-One safetensors file holds the prepared tensors (optionally int8 per channel) and, in its
-metadata, the serialized program, a manifest of the tensors and checksums of both. Loading it
-needs neither the model's Python code nor shapeml's tracing.
+One safetensors file (written by the file layer, `shapeml._files`) holds the prepared tensors
+(optionally int8 per channel) and, in its metadata, the serialized program, a manifest of the
+tensors and checksums of both. `sm.load_exported` (`_load.py`) reads it back without the model's
+Python code or shapeml's tracing.
 """
 
 from __future__ import annotations
@@ -17,18 +18,16 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-import safetensors
-import safetensors.numpy
 
 from .. import _jax_internals as ji
-from .._files import atomic_write
+from .._compile_cache import is_array
+from .._files import write_safetensors
 from .._version import __version__
-from ._errors import ArtifactCorruptError, ArtifactMismatchError, ExportError
+from ._errors import ExportError
 from ._hoist import Hoisted
-from ._program import is_array
 
-_FORMAT = "shapeml-export"
-_VERSION = "1"
+FORMAT = "shapeml-export"
+VERSION = "1"
 # Tensors smaller than this are stored as they are: quantizing them saves nothing worth the error.
 _MIN_QUANT_SIZE = 1024
 
@@ -63,6 +62,7 @@ def export(
 
     Raises:
         ExportError: (E1505) for keys in the weights, non-array inputs, or an unknown `quantize`.
+        FolderMissingError: (E1305) if the folder of `path` does not exist.
     """
     if quantize not in (None, "int8"):
         raise ExportError(
@@ -128,118 +128,17 @@ def export(
             }
         )
     metadata = {
-        "format": _FORMAT,
-        "version": _VERSION,
+        "format": FORMAT,
+        "version": VERSION,
         "shapeml_version": __version__,
         "jax_version": jax.__version__,
         "program": base64.b64encode(program).decode("ascii"),
         "program_sha256": hashlib.sha256(program).hexdigest(),
-        "tensors_sha256": _digest(tensors),
+        "tensors_sha256": digest(tensors),
         "manifest": json.dumps(manifest),
         "n_inputs": str(len(specs)),
     }
-    _atomic_save(tensors, os.fspath(path), metadata)
-
-
-class Exported:
-    """A loaded artifact: call it with the inputs (any batch size along the symbolic axis)."""
-
-    def __init__(self, exported, boundary: tuple, n_inputs: int, path: str):
-        self._exported = exported
-        self._boundary = boundary
-        self._n_inputs = n_inputs
-        self._call = jax.jit(exported.call)
-        self.path = path
-
-    @property
-    def in_avals(self) -> tuple:
-        """Abstract values of the inputs, with the symbolic batch size `b`."""
-        return tuple(self._exported.in_avals[len(self._boundary) :])
-
-    def __call__(self, *inputs):
-        leaves = jax.tree.leaves(inputs)
-        if len(leaves) != self._n_inputs:
-            raise ArtifactMismatchError(
-                f"the program in {self.path} takes {self._n_inputs} input arrays, got "
-                f"{len(leaves)}",
-                fix=f"pass inputs matching {self.in_avals}",
-            )
-        return self._call(self._boundary, (), leaves)
-
-
-def load_exported(path: str | os.PathLike) -> Exported:
-    """Loads a file written by `sm.export`; returns a callable of the inputs.
-
-    Raises:
-        ArtifactCorruptError: (E1506) if the file is missing, unreadable, not an export, or a
-            checksum fails.
-        ArtifactMismatchError: (E1507) if the tensors do not match the program or manifest.
-    """
-    path = os.fspath(path)
-    try:
-        with safetensors.safe_open(path, framework="numpy") as fh:
-            metadata = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 (not a dict)
-    except Exception as e:
-        raise ArtifactCorruptError(
-            f"{path} is not a readable safetensors file ({type(e).__name__}: {e})",
-            fix="re-export the model with `sm.export(f, model, example_inputs, path)`",
-        ) from e
-    if metadata.get("format") != _FORMAT:
-        raise ArtifactCorruptError(
-            f"{path} is a safetensors file but not a shapeml export (no `format: {_FORMAT}`)",
-            fix="load plain checkpoints with the checkpoint loader; write artifacts with sm.export",
-        )
-    if metadata.get("version") != _VERSION:
-        raise ArtifactMismatchError(
-            f"{path} has export format version {metadata.get('version')!r}; this shapeml "
-            f"reads version {_VERSION}",
-            fix="re-export the model with this version of shapeml",
-        )
-    try:
-        program = base64.b64decode(metadata["program"], validate=True)
-        manifest = json.loads(metadata["manifest"])
-        n_inputs = int(metadata["n_inputs"])
-    except Exception as e:
-        raise ArtifactCorruptError(
-            f"{path}: the export metadata is damaged ({type(e).__name__}: {e})",
-            fix="re-export the model with `sm.export`",
-        ) from e
-    if hashlib.sha256(program).hexdigest() != metadata.get("program_sha256"):
-        raise ArtifactCorruptError(
-            f"{path}: the serialized program does not match its checksum",
-            fix="re-export the model with `sm.export`; the file was damaged after writing",
-        )
-    if _digest(tensors) != metadata.get("tensors_sha256"):
-        raise ArtifactCorruptError(
-            f"{path}: the stored tensors do not match their checksum",
-            fix="re-export the model with `sm.export`; the file was damaged after writing",
-        )
-    try:
-        exported = jax.export.deserialize(bytearray(program))
-    except Exception as e:
-        raise ArtifactCorruptError(
-            f"{path}: jax.export could not read the program ({type(e).__name__}: {e})",
-            fix="re-export with the JAX version that loads it; written with JAX "
-            f"{metadata.get('jax_version')}",
-        ) from e
-    boundary = tuple(_restore(tensors, entry, path) for entry in manifest)
-    expected = exported.in_avals[: len(boundary)]
-    if len(exported.in_avals) != len(boundary) + n_inputs:
-        raise ArtifactMismatchError(
-            f"{path}: the program takes {len(exported.in_avals)} arrays but the manifest lists "
-            f"{len(boundary)} tensors and {n_inputs} inputs",
-            fix="re-export the model with `sm.export`",
-        )
-    for entry, arr, aval in zip(manifest, boundary, expected):
-        if tuple(arr.shape) != tuple(aval.shape) or arr.dtype != aval.dtype:
-            raise ArtifactMismatchError(
-                f"{path}: tensor `{entry['name']}` is {arr.dtype}{list(arr.shape)} but the "
-                f"program expects {aval.dtype}{list(aval.shape)}",
-                fix="re-export the model with `sm.export`; tensors and program come from "
-                "different exports",
-            )
-    return Exported(exported, boundary, n_inputs, path)
+    write_safetensors(path, tensors, metadata)
 
 
 def _spec(x, batch_axis: int | None) -> jax.ShapeDtypeStruct:
@@ -258,42 +157,11 @@ def _quantize(w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return q, scale
 
 
-def _restore(tensors: dict, entry: dict, path: str) -> jax.Array:
-    name = entry["name"]
-    want = [name + ".q", name + ".scale"] if entry["quantized"] else [name]
-    missing = [k for k in want if k not in tensors]
-    if missing:
-        raise ArtifactMismatchError(
-            f"{path}: tensor(s) {missing} listed in the manifest are not in the file",
-            fix="re-export the model with `sm.export`",
-        )
-    if not entry["quantized"]:
-        arr = tensors[name]
-    else:
-        q, scale = tensors[name + ".q"], tensors[name + ".scale"]
-        if q.shape[-1:] != scale.shape:
-            raise ArtifactMismatchError(
-                f"{path}: `{name}` has {q.shape[-1]} channels but {scale.shape} scales",
-                fix="re-export the model with `sm.export`",
-            )
-        arr = (q.astype(np.float32) * scale).astype(entry["dtype"])
-    if list(arr.shape) != entry["shape"] or str(arr.dtype) != entry["dtype"]:
-        raise ArtifactMismatchError(
-            f"{path}: tensor `{name}` is {arr.dtype}{list(arr.shape)}, the manifest says "
-            f"{entry['dtype']}{entry['shape']}",
-            fix="re-export the model with `sm.export`",
-        )
-    return jnp.asarray(arr)
-
-
-def _digest(tensors: dict) -> str:
+def digest(tensors: dict) -> str:
+    """A checksum of named arrays: names, dtypes, shapes and bytes, in name order."""
     h = hashlib.sha256()
     for k in sorted(tensors):
         arr = np.ascontiguousarray(tensors[k])
         h.update(f"{k}:{arr.dtype}:{arr.shape};".encode())
         h.update(arr.tobytes())
     return h.hexdigest()
-
-
-def _atomic_save(tensors: dict, path: str, metadata: dict) -> None:
-    atomic_write(path, safetensors.numpy.save(tensors, metadata=metadata))

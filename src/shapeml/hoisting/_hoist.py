@@ -7,9 +7,7 @@ preparing) happens on a miss.
 
 from __future__ import annotations
 
-import collections
 import functools
-import operator
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -17,26 +15,11 @@ import jax
 import numpy as np
 
 from .. import _jax_internals as ji
+from .._compile_cache import CompileCache, Signature, is_array
 from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
-from ._program import Program, aval_of, build, is_array, leaf_key, trace
+from ._prepared import Prepared, Run, WeightsKey
+from ._program import Program, ProgramKey, build, trace
 from ._report import HoistReport
-
-_is = operator.is_
-
-
-class _Entry:
-    """The prepared tensors of one set of weight arrays (held, so their ids stay theirs)."""
-
-    __slots__ = ("w_leaves", "w_tree", "n", "prepared", "runs", "last")
-
-    def __init__(self, w_leaves: list, w_tree):
-        self.w_leaves = w_leaves
-        self.w_tree = w_tree
-        self.n = len(w_leaves)
-        self.prepared: dict = {}  # prepare signature -> boundary tuple
-        # (input tree, input leaf keys) -> (main, boundary, per-call weights, dynamic positions)
-        self.runs: dict = {}
-        self.last: tuple = (None, None, None)  # (input tree, input keys, run) of the last call
 
 
 class Hoisted:
@@ -64,13 +47,14 @@ class Hoisted:
         self._single = argnums == (0,)
         self._max_bytes = max_prepared_bytes
         self._cut = cut_broadcasts
-        self._cache_size = max(1, cache_size)
-        self._programs: dict = {}
-        self._entries: collections.OrderedDict = collections.OrderedDict()
-        self._last: _Entry | None = None
-        self._last_program: tuple[Program, int] | None = None
+        # Programs by signature (never dropped: they hold no weights), and the prepared tensors of
+        # the last `cache_size` sets of weights.
+        self._programs: CompileCache[Program] = CompileCache(self._build)
+        self._prepared: CompileCache[Prepared] = CompileCache(Prepared, maxsize=max(1, cache_size))
+        self._last: Prepared | None = None
+        self._last_program: Program | None = None
+        self._last_weight_bytes = 0
         self._prepare_runs = 0
-        self._traces = 0
 
     # --- the per-call path ----------------------------------------------------------------------
 
@@ -80,25 +64,12 @@ class Hoisted:
         else:
             w, ins = self._partition(args, kwargs)
         w_leaves, w_tree = jax.tree.flatten(w)
-        e = self._last
-        if (
-            e is not None
-            and e.n == len(w_leaves)
-            and e.w_tree == w_tree
-            and all(map(_is, w_leaves, e.w_leaves))
-        ):
-            in_leaves, in_tree = jax.tree.flatten(ins)
-            keys = tuple(map(leaf_key, in_leaves))
-            last_tree, last_keys, run = e.last
-            if keys != last_keys or in_tree != last_tree:
-                run = e.runs.get((in_tree, keys))
-                if run is not None:
-                    e.last = (in_tree, keys, run)
+        last = self._last
+        if last is not None and last.holds(w_leaves, w_tree):
+            sig, in_leaves = Signature.of(ins)
+            run = last.run_for(sig)
             if run is not None:
-                main, boundary, per_call, dyn = run
-                if dyn is not None:
-                    in_leaves = [in_leaves[i] for i in dyn]
-                return main(boundary, per_call, in_leaves)
+                return run(in_leaves)
         return self._miss(args, kwargs, w_leaves, w_tree, ins)
 
     def _partition(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
@@ -132,37 +103,26 @@ class Hoisted:
 
     # --- misses: tracing, splitting, preparing ----------------------------------------------------
 
-    def _program(self, args: tuple, kwargs: dict) -> tuple[Program, list, list, Any, Any]:
-        """The program for these arguments' structure and shapes (traced on first sight)."""
+    def _build(self, key: ProgramKey) -> Program:
+        """Traces and splits `f` for the signatures in `key` (the program cache's builder)."""
+        assemble = self._assembler(key.weights.treedef, key.inputs.treedef, key.n_args)
+        closed, out_tree = trace(self._f, assemble, key)
+        return build(
+            closed,
+            out_tree,
+            len(key.weights.dynamic()),
+            max_prepared_bytes=self._max_bytes,
+            cut_broadcasts=self._cut,
+        )
+
+    def _program(self, args: tuple, kwargs: dict) -> tuple[Program, list, list, Signature]:
+        """The program for these arguments' structure and shapes (traced on first sight), the
+        weight and input leaves, and the inputs' signature."""
         w, ins = self._partition(args, kwargs)
-        w_leaves, w_tree = jax.tree.flatten(w)
-        in_leaves, in_tree = jax.tree.flatten(ins)
-        w_keys = tuple(map(leaf_key, w_leaves))
-        in_keys = tuple(map(leaf_key, in_leaves))
-        pkey = (w_tree, w_keys, in_tree, in_keys, len(args))
-        prog = self._programs.get(pkey)
-        if prog is None:
-            w_dyn = [i for i, x in enumerate(w_leaves) if is_array(x)]
-            in_dyn = [i for i, x in enumerate(in_leaves) if is_array(x)]
-            closed, out_tree = trace(
-                self._f,
-                self._assembler(w_tree, in_tree, len(args)),
-                [None if is_array(x) else x for x in w_leaves],
-                [None if is_array(x) else x for x in in_leaves],
-                w_dyn,
-                in_dyn,
-                [aval_of(w_leaves[i]) for i in w_dyn] + [aval_of(in_leaves[i]) for i in in_dyn],
-            )
-            prog = build(
-                closed,
-                out_tree,
-                len(w_dyn),
-                max_prepared_bytes=self._max_bytes,
-                cut_broadcasts=self._cut,
-            )
-            self._programs[pkey] = prog
-            self._traces += 1
-        return prog, w_leaves, in_leaves, w_tree, in_tree
+        w_sig, w_leaves = Signature.of(w)
+        in_sig, in_leaves = Signature.of(ins)
+        prog = self._programs.get(ProgramKey(w_sig, in_sig, len(args)))
+        return prog, w_leaves, in_leaves, in_sig
 
     def _miss(self, args, kwargs, w_leaves, w_tree, ins):
         if any(map(ji.is_tracer, w_leaves)):
@@ -181,46 +141,29 @@ class Hoisted:
                 f"(shape {x.shape}); the cache keys on array identity",
                 fix="convert the weights once: `model = jax.tree.map(jnp.asarray, model)`",
             )
-        prog, w_leaves, in_leaves, w_tree, in_tree = self._program(args, kwargs)
-        entry = self._entry(w_leaves, w_tree)
+        prog, w_leaves, in_leaves, in_sig = self._program(args, kwargs)
+        prepared = self._prepared.get(WeightsKey.of(w_leaves, w_tree))
+        prepared.w_leaves = w_leaves  # equal statics, now the objects the fast path sees
         w_dyn = [x for x in w_leaves if is_array(x)]
-        psig = prog.prepare_signature
-        boundary = entry.prepared.get(psig)
+        boundary = prepared.boundaries.get(prog.prepare_key)
         if boundary is None:
             boundary = prog.prepare(w_dyn)
             if any(map(ji.is_tracer, boundary)):
                 return self._f(*args, **kwargs)  # staged by an outer trace: do not cache tracers
-            entry.prepared[psig] = boundary
+            prepared.boundaries[prog.prepare_key] = boundary
             self._prepare_runs += 1
-        dyn = [i for i, x in enumerate(in_leaves) if is_array(x)]
-        run = (
+        dyn = in_sig.dynamic()
+        run = Run(
             prog.main,
             boundary,
             prog.per_call(w_dyn),
             None if len(dyn) == len(in_leaves) else dyn,
         )
-        keys = tuple(map(leaf_key, in_leaves))
-        entry.runs[(in_tree, keys)] = run
-        entry.last = (in_tree, keys, run)
-        self._last = entry
-        self._last_program = (prog, sum(ji.nbytes(jax.typeof(x)) for x in w_dyn))
-        return prog.main(boundary, run[2], [in_leaves[i] for i in dyn])
-
-    def _entry(self, w_leaves: list, w_tree) -> _Entry:
-        # Arrays by identity (held by the entry, so their ids stay theirs), statics by value.
-        key = (w_tree, tuple(id(x) if is_array(x) else leaf_key(x) for x in w_leaves))
-        entry = self._entries.get(key)
-        if entry is not None and all(
-            a is b for a, b in zip(w_leaves, entry.w_leaves) if is_array(a)
-        ):
-            self._entries.move_to_end(key)
-            entry.w_leaves = list(w_leaves)  # equal statics, now the objects the fast path sees
-            return entry
-        entry = _Entry(list(w_leaves), w_tree)
-        self._entries[key] = entry
-        while len(self._entries) > self._cache_size:
-            self._entries.popitem(last=False)
-        return entry
+        prepared.remember(in_sig, run)
+        self._last = prepared
+        self._last_program = prog
+        self._last_weight_bytes = sum(ji.nbytes(jax.typeof(x)) for x in w_dyn)
+        return run(in_leaves)
 
     # --- introspection ----------------------------------------------------------------------------
 
@@ -236,8 +179,12 @@ class Hoisted:
                 "split",
                 fix="call it once first, or use `prepare_jaxpr(...)` / `main_jaxpr(...)`",
             )
-        prog, weight_bytes = self._last_program
-        return HoistReport.of(prog.split, weight_bytes, self._prepare_runs, self._traces)
+        return HoistReport.of(
+            self._last_program.split,
+            self._last_weight_bytes,
+            self._prepare_runs,
+            self._programs.builds,
+        )
 
     def prepare_jaxpr(self, *args, **kwargs) -> ji.ClosedJaxpr:
         """The prepare program for these arguments (arrays or `jax.ShapeDtypeStruct`s):
@@ -250,7 +197,7 @@ class Hoisted:
 
     def clear(self) -> None:
         """Drops every cached prepared tensor and the references to the weights they came from."""
-        self._entries.clear()
+        self._prepared.clear()
         self._last = None
 
 

@@ -1,56 +1,38 @@
 """One traced-and-split program: its compiled prepare and main halves and how to call them.
 
-A `Program` is built once per structure and shapes of the weights and inputs; it holds no weight
-values, so new weights of the same shapes reuse it (and its compiled code).
+A `Program` is built once per `ProgramKey` (the signatures of the weights and the inputs); it holds
+no weight values, so new weights of the same shapes reuse it (and its compiled code).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 
 from .. import _jax_internals as ji
-from .._compile_cache import UnhashableStaticError
+from .._compile_cache import Signature
 from ._split import Split, split
 
-_STATIC = object()  # marks a static (non-array) leaf in a signature
+
+class ProgramKey(NamedTuple):
+    """What selects a program: the weights' and the inputs' signatures, and how many positional
+    arguments `f` was called with (to put the weights back in their places)."""
+
+    weights: Signature
+    inputs: Signature
+    n_args: int
 
 
-def is_array(x) -> bool:
-    """Array leaves are traced; every other leaf is static configuration (as `eqx.filter_jit`)."""
-    return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
+class PrepareKey(NamedTuple):
+    """Equal for programs whose prepare halves compute the same thing (e.g. one model traced at
+    batch 1 and at batch 32), so one set of weights is prepared once for both."""
 
-
-_ArrayImpl = ji.ArrayImpl
-
-
-def leaf_key(x):
-    """What about a leaf selects the program: shape, dtype and weak type, or a static value."""
-    if type(x) is _ArrayImpl:  # the common case, without an ABC isinstance check
-        return (x.shape, x.dtype, x.weak_type)
-    if isinstance(x, jax.Array):
-        return (x.shape, x.dtype, getattr(x, "weak_type", False))
-    if isinstance(x, (np.ndarray, np.generic, jax.ShapeDtypeStruct)):
-        return (x.shape, x.dtype, bool(getattr(x, "weak_type", False)))
-    try:
-        hash(x)
-    except TypeError:
-        raise UnhashableStaticError(
-            f"an argument leaf of type `{type(x).__name__}` is neither an array nor hashable",
-            fix="pass data as arrays and configuration as hashable values (tuples, not lists)",
-        ) from None
-    return (_STATIC, type(x), x)
-
-
-def aval_of(x):
-    """The abstract value to trace a dynamic leaf with."""
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    return jax.typeof(x)
+    jaxpr: str
+    weights: tuple[int, ...]  # the dynamic weight leaves prepare reads
+    consts: tuple[int, ...]  # ids of the constants it reads (held by the program, so stable)
 
 
 @dataclasses.dataclass
@@ -65,9 +47,7 @@ class Program:
     out_tree: Any
     prepare_fn: Callable | None
     main: Callable
-    # Equal for programs whose prepare halves compute the same thing (e.g. one model traced at
-    # batch 1 and at batch 32), so one set of weights is prepared once for both.
-    prepare_signature: tuple
+    prepare_key: PrepareKey
 
     def prepare(self, dyn_weights) -> tuple:
         s = self.split
@@ -92,20 +72,15 @@ class Program:
         return tuple(dyn_weights[i] for i in self.split.per_call_weights)
 
 
-def trace(
-    f: Callable,
-    assemble: Callable,
-    w_template: list,
-    in_template: list,
-    w_dyn: list[int],
-    in_dyn: list[int],
-    dyn_avals: list,
-) -> tuple[ji.ClosedJaxpr, Any]:
-    """Traces `f` as a function of the dynamic leaves only (statics are baked in).
+def trace(f: Callable, assemble: Callable, key: ProgramKey) -> tuple[ji.ClosedJaxpr, Any]:
+    """Traces `f` as a function of the array leaves of `key` only (statics are baked in).
 
-    `assemble(w_leaves, in_leaves)` rebuilds `f`'s `(args, kwargs)` from full leaf lists; the
-    templates hold the static leaves, and `w_dyn`/`in_dyn` the positions of the dynamic ones.
+    `assemble(w_leaves, in_leaves)` rebuilds `f`'s `(args, kwargs)` from full leaf lists.
+    Returns the closed jaxpr, whose inputs are the weights' array leaves then the inputs', and
+    the structure of `f`'s output.
     """
+    w_template, in_template = key.weights.abstract_leaves(), key.inputs.abstract_leaves()
+    w_dyn, in_dyn = key.weights.dynamic(), key.inputs.dynamic()
     out_tree = []
     nw = len(w_dyn)
 
@@ -121,7 +96,8 @@ def trace(
         out_tree.append(tree)
         return outs
 
-    closed = ji.make_closed_jaxpr(flat, *dyn_avals)
+    avals = [w_template[i] for i in w_dyn] + [in_template[i] for i in in_dyn]
+    closed = ji.make_closed_jaxpr(flat, *avals)
     return closed, out_tree[0]
 
 
@@ -152,9 +128,9 @@ def build(
     def main(boundary, per_call, inputs):
         return jax.tree.unflatten(out_tree, run_main(*boundary, *per_call, *inputs))
 
-    signature = (
+    key = PrepareKey(
         str(s.prepare.jaxpr),
         s.prepare_weights,
         tuple(id(s.consts[i]) for i in s.prepare_consts),
     )
-    return Program(s, out_tree, prepare_fn, jax.jit(main), signature)
+    return Program(s, out_tree, prepare_fn, jax.jit(main), key)
