@@ -2,13 +2,18 @@
 
 `Scale` multiplies its input by a weight uploaded once. `Accumulate` adds its input into row `pos`
 of a state that lives on the device across calls; `pos` is a per-call value, so moving it never
-recompiles, and a `pos` outside the state raises instead of being clamped.
+recompiles, and a `pos` outside the state raises instead of being clamped. The state is an
+`sm.Model` (`acc.states`), saved with `sm.save` and loaded into a fresh graph.
 Run: python examples/weights_and_state.py
 """
+
+import tempfile
+from pathlib import Path
 
 import jax.numpy as jnp
 import numpy as np
 
+import shapeml as sm
 from shapeml.state import Graph, StateIndexError, param, state
 
 
@@ -58,10 +63,20 @@ def main() -> None:
         acc.reference(np.ones(width, np.float32), pos=pos)
     print("host mirror after 4 reference calls:\n", acc.total.host)
 
+    before = acc.read("total")
     try:
         acc(np.ones(width, np.float32), pos=4)
     except StateIndexError as e:
         print("pos=4 is refused:", e.message)
+    np.testing.assert_array_equal(acc.read("total"), before)  # and changed nothing
+
+    # The states are one sm.Model: saved and loaded like any model's buffers.
+    with tempfile.TemporaryDirectory() as folder:
+        path = sm.save(Path(folder) / "accumulate.safetensors", acc.states)
+        again = Accumulate(rows=4, width=width)
+        again.load_states(sm.load(path, like=again.states))
+    np.testing.assert_array_equal(again.read("total"), acc.read("total"))
+    print(f"saved {list(sm.buffers(acc.states))} with sm.save and loaded them into a new graph")
 
 
 if __name__ == "__main__":

@@ -101,10 +101,40 @@ def test_graph_decoder_matches_full_recomputation_without_recompiling(model, tok
         np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, pos], rtol=1e-4, atol=1e-5)
     assert dec.compile_count == 1
     assert dec.cache.device.k.unsafe_buffer_pointer() == pointer  # the cache never moved
-    with pytest.raises(StateIndexError, match=r"pos=12"):
-        dec(toks[:, :1], pos=12)
+    cache = dec.read("kv_cache")
+    for bad in (12, 10):  # outside the context; a 3-token prefill that would run past it
+        with pytest.raises(StateIndexError, match=rf"pos={bad}"):
+            dec(toks[:, : 1 if bad == 12 else 3], pos=bad)
+    after = dec.read("kv_cache")  # a bad position changed nothing
+    np.testing.assert_array_equal(after.k, cache.k)
+    np.testing.assert_array_equal(after.v, cache.v)
+    assert dec.cache.device.k.unsafe_buffer_pointer() == pointer
     ref = dec.reference(toks[:, :5], pos=0)
     np.testing.assert_allclose(ref, full[:, :5], rtol=1e-4, atol=1e-5)
+
+
+def test_graph_decoder_cache_saves_and_resumes_with_sm_save(model, tokens, tmp_path):
+    full = np.asarray(tr.forward(model, tokens))
+    toks = np.asarray(tokens)
+    dec = tr.CachedDecoder(model, batch=3)
+    dec(toks[:, :6], pos=0)  # prefill six positions
+    path = sm.save(tmp_path / "cache.safetensors", dec.states)
+    resumed = tr.CachedDecoder(model, batch=3)
+    resumed.load_states(sm.load(path, like=resumed.states))
+    logits = resumed(toks[:, 6:7], pos=6)
+    np.testing.assert_allclose(np.asarray(logits)[:, 0], full[:, 6], rtol=1e-4, atol=1e-5)
+
+
+def test_step_refuses_a_bad_traced_position_under_jit_and_vmap(model, tokens):
+    cache = tr.new_cache(model, batch=1)
+    decode = jax.jit(lambda p: tr.step(model, cache, tokens[:1, :1], p)[0])
+    batched = jax.jit(jax.vmap(lambda p: tr.step(model, cache, tokens[:1, :1], p)[0]))
+    jax.block_until_ready((decode(11), batched(jnp.arange(12))))
+    errors = (jax.errors.JaxRuntimeError, ValueError)
+    with pytest.raises(errors, match=r"\[E1401\] positions of the context T=12"):
+        jax.block_until_ready(decode(12))
+    with pytest.raises(errors, match=r"\[E1401\] positions of the context T=12"):
+        jax.block_until_ready(batched(jnp.asarray([0, 12])))
 
 
 def _recompute(m, prompt, steps, pick):

@@ -1,8 +1,9 @@
 """Weights and device-resident state: a compiled `Graph` that owns both, and the `KVCache`.
 
-A graph uploads its weights (`param`) once and keeps its state (`state`) on the device across
-calls, updated in place; per-call indices are traced (no recompiles) and bounds-checked (never
-clamped); `Graph.reference` runs the same body eagerly on the host.
+A graph uploads its weights (`param`) once and keeps its states (`state`, together one `sm.Model`,
+`graph.states`) on the device across calls, updated in place by one pure compiled step; per-call
+indices are traced (no recompiles) and bounds-checked (never clamped); `Graph.reference` runs the
+same body eagerly on the host.
 """
 
 from ._decl import param as param
@@ -17,20 +18,22 @@ from ._errors import StateNotFoundError as StateNotFoundError
 from ._errors import StateWriteError as StateWriteError
 from ._errors import UnboundParamError as UnboundParamError
 from ._errors import WeightWriteError as WeightWriteError
-from ._frame import StateView as StateView
 from ._graph import Graph as Graph
 from ._handles import ParamHandle as ParamHandle
 from ._handles import StateHandle as StateHandle
+from ._index import IndexChecks as IndexChecks
 from ._index import assume_in_bounds as assume_in_bounds
 from ._index import check_index as check_index
 from ._index import span as span
 from ._kvcache import KVCache as KVCache
+from ._step import StateView as StateView
 
 __all__ = [
     "Graph",
     "GraphBodyError",
     "GraphDeclarationError",
     "GraphInputError",
+    "IndexChecks",
     "KVCache",
     "LoadStateDictError",
     "ParamHandle",

@@ -1,31 +1,41 @@
-"""Declarations of a graph's weights (`param`) and device-resident state (`state`).
+"""Declarations of a graph's weights (`param`) and device-resident state (`state`), and the
+`sm.Model` class a graph's states are held and saved as.
 
-A declaration records names, shapes and dtypes (and, for a weight given by value, the value); the
-`Graph` it is assigned to owns the device copies. Either may be a single array or a pytree of arrays
-(an `sm.Model` as weights, a `KVCache` as state), whose leaves get dotted names like `model.emb`.
+A declaration records leaf names, shapes and dtypes (and, for a weight given by value, the value);
+the `Graph` it is assigned to owns the device copies. Either may be a single array or a pytree of
+arrays (an `sm.Model` as weights, a `KVCache` as state), whose leaves get dotted names like
+`model.emb`. A graph's states together are one `sm.Model` whose buffers are named by the states.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import keyword
 from typing import Any
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Shaped
 
+from ..models import Model, buffer, submodel, zeros
 from ._errors import GraphDeclarationError
 
-__all__ = ["Decl", "ParamDecl", "StateDecl", "param", "state"]
+__all__ = ["Decl", "ParamDecl", "StateDecl", "leaf_name", "param", "state", "state_model_class"]
 
 
-def _key_name(key) -> str:
-    for attr in ("name", "key", "idx"):
-        if hasattr(key, attr):
-            return str(getattr(key, attr))
-    return str(key)
+def leaf_name(path) -> str:
+    """A dotted name for a pytree path (`model.blocks.0.w1`)."""
+    parts = []
+    for key in path:
+        for attr in ("name", "key", "idx"):
+            if hasattr(key, attr):
+                parts.append(str(getattr(key, attr)))
+                break
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
 
 
 def _check_shape(shape, where: str) -> tuple[int, ...]:
@@ -42,46 +52,45 @@ def _check_shape(shape, where: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
+def _dtype(dtype) -> np.dtype:
+    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+
+
 @dataclasses.dataclass
 class Decl:
-    """The leaves of one declared weight or state: their dotted names, shapes and dtypes.
+    """The leaves of one declared weight or state, by relative dotted name ("" for an array).
 
-    `treedef` and `static` rebuild the declared value (an array, or e.g. an `sm.Model`) from a
-    list of leaves; `leaf_names` are relative (`""` for a plain array, `"blocks.0.w1"` in a model).
+    `treedef` and `static` rebuild the declared value (an array, or e.g. an `sm.Model`) from its
+    leaves; `leaves` maps each leaf's name to its `(shape, dtype)`, in the treedef's order.
     """
 
     treedef: Any
     static: Any
-    leaf_names: list[str]
-    shapes: list[tuple[int, ...]]
-    dtypes: list[np.dtype]
+    leaves: dict[str, tuple[tuple[int, ...], np.dtype]]
     sharding: Any = None
     name: str = ""  # set when assigned to a graph attribute (or given as name=)
 
     @property
     def is_array(self) -> bool:
-        return self.leaf_names == [""]
+        return list(self.leaves) == [""]
 
-    def full_names(self) -> list[str]:
-        return [self.name if not n else f"{self.name}.{n}" for n in self.leaf_names]
+    def full_name(self, leaf: str) -> str:
+        return f"{self.name}.{leaf}" if leaf else self.name
 
-    def build(self, leaves: Sequence) -> Any:
-        """The declared value with these leaves (arrays, tracers or numpy arrays)."""
-        tree = jax.tree_util.tree_unflatten(self.treedef, list(leaves))
+    def build(self, by_name: dict[str, Any]) -> Any:
+        """The declared value with these leaves (arrays or tracers), paired by leaf name."""
+        tree = jax.tree_util.tree_unflatten(self.treedef, [by_name[n] for n in self.leaves])
         return tree if self.static is None else eqx.combine(tree, self.static)
 
-    def split(self, value) -> list:
-        """The leaves of a value of the declared structure (the inverse of `build`)."""
+    def split(self, value) -> dict[str, Any]:
+        """The leaves of a value of the declared structure by name (the inverse of `build`)."""
+        if self.is_array:
+            return {"": value}
         arrays = eqx.filter(value, eqx.is_array) if self.static is not None else value
-        return jax.tree_util.tree_leaves(arrays)
+        return {leaf_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(arrays)[0]}
 
 
-def _from_tree(tree, where: str) -> tuple[Decl, list]:
-    if isinstance(tree, jax.Array | np.ndarray) or np.isscalar(tree):
-        arr = np.asarray(tree) if not isinstance(tree, jax.Array) else tree
-        return Decl(
-            jax.tree_util.tree_structure(0), None, [""], [tuple(arr.shape)], [np.dtype(arr.dtype)]
-        ), [arr]
+def _from_tree(tree, where: str) -> tuple[Any, Any, dict[str, Any]]:
     arrays, static = eqx.partition(tree, eqx.is_array)
     flat, treedef = jax.tree_util.tree_flatten_with_path(arrays)
     if not flat:
@@ -89,23 +98,17 @@ def _from_tree(tree, where: str) -> tuple[Decl, list]:
             f"{where} got a {type(tree).__name__} with no array leaves",
             fix="pass an array, a shape tuple, or a pytree of arrays such as an sm.Model",
         )
-    names = [".".join(_key_name(k) for k in path) for path, _ in flat]
-    leaves = [leaf for _, leaf in flat]
-    decl = Decl(
-        treedef,
-        static,
-        names,
-        [tuple(x.shape) for x in leaves],
-        [np.dtype(x.dtype) for x in leaves],
-    )
-    return decl, leaves
+    return treedef, static, {leaf_name(p): x for p, x in flat}
+
+
+_ARRAY = jax.tree_util.tree_structure(0)
 
 
 @dataclasses.dataclass
 class ParamDecl(Decl):
-    """A weight: read-only in `body`, uploaded once. `values` is None until bound."""
+    """A weight: read-only in `body`, uploaded once. `values` (by leaf name) is None until bound."""
 
-    values: list | None = None
+    values: dict[str, Any] | None = None
 
 
 @dataclasses.dataclass
@@ -125,29 +128,30 @@ def param(value_or_shape, dtype=None, *, sharding=None) -> ParamDecl:
         sharding: an optional `jax.sharding.Sharding` to place the weight with.
 
     Returns:
-        A declaration; the graph uploads it to the device once, on first call.
+        A declaration; the graph uploads it to the device once, on first use.
     """
     if isinstance(value_or_shape, tuple | list) and all(
         isinstance(d, int | np.integer) for d in value_or_shape
     ):
         shape = _check_shape(value_or_shape, "param(shape)")
-        dt = np.dtype(jax.dtypes.canonicalize_dtype(dtype or jnp.float32))
-        return ParamDecl(
-            jax.tree_util.tree_structure(0), None, [""], [shape], [dt], sharding=sharding
-        )
-    decl, leaves = _from_tree(value_or_shape, "param(value)")
+        leaves = {"": (shape, _dtype(dtype or jnp.float32))}
+        return ParamDecl(_ARRAY, None, leaves, sharding=sharding)
+    if isinstance(value_or_shape, jax.Array | np.ndarray) or np.isscalar(value_or_shape):
+        treedef, static, values = _ARRAY, None, {"": value_or_shape}
+    else:
+        treedef, static, values = _from_tree(value_or_shape, "param(value)")
     if dtype is not None:
-        leaves = [jnp.asarray(x, dtype) for x in leaves]
-    host = [np.array(x, dtype=jax.dtypes.canonicalize_dtype(x.dtype)) for x in leaves]
-    return ParamDecl(
-        decl.treedef,
-        decl.static,
-        decl.leaf_names,
-        [h.shape for h in host],
-        [h.dtype for h in host],
-        sharding=sharding,
-        values=host,
-    )
+        values = {n: jnp.asarray(x, dtype) for n, x in values.items()}
+    values = {n: _canonical(x) for n, x in values.items()}
+    leaves = {n: (tuple(x.shape), np.dtype(x.dtype)) for n, x in values.items()}
+    return ParamDecl(treedef, static, leaves, sharding=sharding, values=values)
+
+
+def _canonical(x):
+    if isinstance(x, jax.Array):
+        return x  # already on a device: uploading it is free
+    arr = np.asarray(x)
+    return np.array(arr, dtype=_dtype(arr.dtype))
 
 
 def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding=None) -> StateDecl:
@@ -155,13 +159,15 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
 
     The state is zero when first uploaded, lives on the device across calls, is read and written
     by `body` (`self.total[pos]`, `self.total[pos] = new`), and is updated in place (its buffer is
-    donated to each call), so a call costs the same whatever the state's size.
+    donated to each call), so a call costs the same whatever the state's size. The graph's states
+    together form one `sm.Model` (`graph.states`), saved with `sm.save`.
 
     Args:
         shape_or_tree: the shape as a tuple of ints, or a pytree of arrays (e.g. a `KVCache`)
             whose structure, shapes and dtypes the state takes (its values are zeroed).
         dtype: the dtype for a shape (ignored for a pytree).
-        name: the name errors and `graph.read` use; by default the attribute's name.
+        name: the name errors, `graph.read` and saved files use (a Python identifier); by
+            default the attribute's name.
         sharding: an optional `jax.sharding.Sharding` (e.g. a `NamedSharding` on a mesh); every
             call keeps the state with it, each shard on its own device.
 
@@ -169,24 +175,61 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
         A declaration for the graph to own.
     """
     if isinstance(shape_or_tree, tuple | list | int) and not isinstance(shape_or_tree, bool):
-        shape = _check_shape(shape_or_tree, "state(shape)")
-        dt = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
-        return StateDecl(
-            jax.tree_util.tree_structure(0),
-            None,
-            [""],
-            [shape],
-            [dt],
-            sharding=sharding,
-            name=name or "",
+        leaves = {"": (_check_shape(shape_or_tree, "state(shape)"), _dtype(dtype))}
+        return StateDecl(_ARRAY, None, leaves, sharding=sharding, name=name or "")
+    treedef, static, values = _from_tree(shape_or_tree, "state(tree)")
+    leaves = {n: (tuple(x.shape), _dtype(x.dtype)) for n, x in values.items()}
+    return StateDecl(treedef, static, leaves, sharding=sharding, name=name or "")
+
+
+def check_field_names(graph: str, decl: StateDecl) -> None:
+    """A state's name and its leaves' names become field names of the graph's state model."""
+    for part in [decl.name, *(p for leaf in decl.leaves if leaf for p in leaf.split("."))]:
+        if not part.isidentifier() or keyword.iskeyword(part) or part.startswith("_"):
+            bad = f"`{part}`"
+        elif hasattr(Model, part):
+            bad = f"`{part}` (an sm.Model attribute)"
+        else:
+            continue
+        raise GraphDeclarationError(
+            f"`{graph}` declares the state `{decl.name}`, whose name or leaf name {bad} cannot "
+            "name a buffer of its state model (graph.states)",
+            fix="name states (and the fields of a pytree state) with Python identifiers, e.g. "
+            "state((8, 4), name='total')",
         )
-    decl, _ = _from_tree(shape_or_tree, "state(tree)")
-    return StateDecl(
-        decl.treedef,
-        decl.static,
-        decl.leaf_names,
-        decl.shapes,
-        [np.dtype(jax.dtypes.canonicalize_dtype(d)) for d in decl.dtypes],
-        sharding=sharding,
-        name=name or "",
-    )
+
+
+def state_model_class(graph: str, decls: list[StateDecl]) -> type[Model]:
+    """The `sm.Model` subclass `<Graph>State` holding these states as buffers, by name.
+
+    An array state is a buffer; a pytree state (a `KVCache`) is a sub-model whose buffers are its
+    leaves, so the saved names are the dotted names of `graph.state_dict()` (`kv_cache.k`).
+    """
+    tree: dict[str, Any] = {}
+    for decl in decls:
+        if decl.is_array:
+            tree[decl.name] = decl.leaves[""]
+            continue
+        node = tree.setdefault(decl.name, {})
+        for leaf, spec in decl.leaves.items():
+            *parents, last = leaf.split(".")
+            at = node
+            for p in parents:
+                at = at.setdefault(p, {})
+            at[last] = spec
+    return _model_class(f"{graph}State", tree)
+
+
+def _model_class(qualname: str, tree: dict[str, Any]) -> type[Model]:
+    annotations: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"__module__": __name__, "__qualname__": qualname}
+    for name, spec in tree.items():
+        if isinstance(spec, dict):
+            sub = _model_class(f"{qualname}.{name}", spec)
+            annotations[name], namespace[name] = sub, submodel(sub)
+        else:
+            shape, dtype = spec
+            annotations[name] = Shaped[Array, " ".join(map(str, shape))]
+            namespace[name] = buffer(zeros, dtype=dtype)
+    namespace["__annotations__"] = annotations
+    return type(qualname.rsplit(".", 1)[-1], (Model,), namespace)

@@ -21,10 +21,12 @@ _INDEX = """
 A state was indexed outside its extent: a position `pos >= size`, or a negative one.
 
 JAX clamps out-of-range indices in gathers and `dynamic_update_slice` without a word, so
-`total[16]` on a 16-row state would silently read and overwrite row 15. shapeml checks every index:
-on the host before the call when the index is a per-call value (`pos=...`), and inside the
-compiled program otherwise, in which case every write of that call is suppressed and this error is
-raised after it, so a bad index changes nothing.
+`total[16]` on a 16-row state would silently read and overwrite row 15. shapeml checks every index,
+the same way in every context: a concrete index raises at once; in a graph's body every index is
+recorded, the graph runs those checks before the compiled step, and raises this error instead of
+running it, so a bad index changes nothing; in your own `jit` or `vmap`,
+`check_index` (and `KVCache`) fail the computation through `eqx.error_if`, with a JAX runtime
+error whose message starts with `[E1401]`.
 
 Negative indices are refused rather than counted from the end, because a negative position is
 nearly always an off-by-one in a decode loop.
@@ -62,8 +64,9 @@ binds one; the graph cannot be called before that.
 """
 
 _LOAD = """
-`load_state_dict` checks every entry against the graph's declarations before changing anything:
-each declared weight must be present, no key may be unknown, and each array must have the declared
+`load_state_dict` (and `load_states`, for the model `graph.states`) checks every entry against
+the graph's declarations before changing anything: each declared weight (for `load_states`, each
+state) must be present, no key may be unknown, and each array must have the declared
 shape and a dtype of the same kind (a float weight takes a float array, cast to the declared float
 dtype). Every problem is listed at once, with the nearest declared name when a key looks like a
 typo. On any problem nothing is loaded.
@@ -76,9 +79,11 @@ attribute it was assigned to, or its `name=`); `graph.state_dict()` lists every 
 
 _DECL = """
 A weight or state declaration was invalid: a shape that is not a tuple of non-negative ints, a
-name declared twice, a declaration after the graph was first called (its program is already
-compiled against the old set), or a whole-state assignment outside `body`. Declare every `param` and
-`state` in `__init__`; change state from `body`, or with `reset()` / `load_state_dict()`.
+name declared twice, a state name that is not a Python identifier (states are saved as the
+buffers of `graph.states`), an attribute that would hide one of `Graph`'s own (`states`, `read`),
+a declaration after the graph was first called (its program is already compiled against the old
+set), or a whole-state assignment outside `body`. Declare every `param` and `state` in
+`__init__`; change state from `body`, or with `reset()` / `load_state_dict()`.
 """
 
 _WEIGHT_WRITE = """

@@ -1,43 +1,36 @@
-"""`Graph`: a compiled body that owns weights, uploaded once, and state, kept on the device.
+"""`Graph`: a thin shell that owns weights (uploaded once) and states (kept on the device) around
+one pure step, `(weights, states, *inputs) -> (outputs, states, index checks)`.
 
-A call flattens its inputs, finds (or traces and compiles, once per input signature) the program
-`step(weights, state, inputs) -> (outputs, new state, index checks)`, checks the per-call indices
-on the host, and runs it with the state's buffers donated, so XLA updates the state in place.
+The step is traced once per input signature and compiled with the states' buffers donated, so XLA
+updates them in place; its index checks run first (`_program`); `shapeml._compile_cache` keys the
+programs. The states are one `sm.Model` (`graph.states`), saved with `sm.save`. `reference` runs
+the same step eagerly on the host.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .. import _jax_internals as jxi
+from .._compile_cache import CompileCache, Signature
 from .._errors import similar
-from . import _index
-from ._decl import Decl, ParamDecl
+from ..models import Model
+from ._decl import Decl, ParamDecl, StateDecl, check_field_names, leaf_name
 from ._errors import (
     GraphBodyError,
     GraphDeclarationError,
-    GraphInputError,
     StateNotFoundError,
     WeightWriteError,
 )
-from ._frame import Frame, active_frame
 from ._handles import ParamHandle, StateHandle
-from ._reference import normalize_inputs, run_reference
-from ._store import Store
+from ._index import IndexChecks
+from ._program import Program, canonical_inputs, compile_program, signature
+from ._step import Step
+from ._storage import Storage
 
 __all__ = ["Graph"]
-
-
-@dataclasses.dataclass
-class _Program:
-    compiled: Any
-    rules: list[_index.HostRule]
-    checks: list[tuple[str, int, int]]  # (what, size, extent) of each in-program check
 
 
 class Graph:
@@ -50,7 +43,8 @@ class Graph:
 
     Inside `body`, `self.w` is the weight's value, `self.total` a view of the state:
     `self.total[pos]` reads a row, `self.total[pos] = new` writes one (checked for shape and dtype
-    when traced, and bounds-checked, never clamped), `self.total = new` replaces it whole.
+    when traced, and bounds-checked, never clamped), `self.total = new` replaces it whole. While
+    `body` runs, `self._step` is that run's `Step`: the values and checks `self.<name>` refers to.
 
     Example:
         >>> class Accumulate(Graph):
@@ -63,13 +57,14 @@ class Graph:
         >>> acc = Accumulate(16, 4)
         >>> acc(np.ones(4, np.float32), pos=3)            # doctest: +SKIP
         >>> acc.read("total")[3]                          # a host copy of the device state
+        >>> sm.save("acc.safetensors", acc.states)        # the states as an sm.Model
     """
 
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
-        object.__setattr__(self, "_store", Store(cls.__name__))
-        object.__setattr__(self, "_programs", {})
-        object.__setattr__(self, "_compile_count", 0)
+        object.__setattr__(self, "_storage", Storage(cls.__name__))
+        object.__setattr__(self, "_step", None)  # the Step of the body running now, if any
+        object.__setattr__(self, "_programs", CompileCache(self._compile))
         return self
 
     def body(self, *inputs, **per_call):
@@ -80,24 +75,23 @@ class Graph:
 
     # attributes: declarations, handles, and in-body values ------------------------------------
     def __setattr__(self, name: str, value) -> None:
-        store: Store = self._store
-        frame = active_frame(self)
-        if frame is not None and name in store.decls:
-            if name in store.params:
+        decls = self._storage.decls
+        if self._step is not None and name in decls:
+            if isinstance(decls[name], ParamDecl):
                 raise WeightWriteError(
                     f"`{type(self).__name__}.body` assigned to the weight `{name}`",
                     fix="keep a changing tensor in a state(...); bind new weights with "
                     "load_state_dict",
                 )
-            frame.assign(name, value)
+            self._step.assign(name, value)
             return
         if isinstance(value, Decl):
-            store.declare(name, value)
+            self._declare(name, value)
             return
-        if name in store.decls:
+        if name in decls:
+            kind = "weight" if isinstance(decls[name], ParamDecl) else "state"
             raise GraphDeclarationError(
-                f"`{type(self).__name__}.{name}` is a declared "
-                f"{'weight' if name in store.params else 'state'} and cannot be reassigned "
+                f"`{type(self).__name__}.{name}` is a declared {kind} and cannot be reassigned "
                 "outside body",
                 fix="write state inside body, or use reset() / load_state_dict({...})",
             )
@@ -106,36 +100,70 @@ class Graph:
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        store: Store = object.__getattribute__(self, "_store")
-        if name not in store.decls:
-            known = [*store.decls, *type(self).__dict__]
+        storage: Storage = object.__getattribute__(self, "_storage")
+        if name not in storage.decls:
             raise StateNotFoundError(
                 f"`{type(self).__name__}` has no attribute, weight or state `{name}`",
-                fix=similar(name, known) or "declare it in __init__ with param(...) or state(...)",
+                fix=similar(name, [*storage.decls, *type(self).__dict__])
+                or "declare it in __init__ with param(...) or state(...)",
             )
-        frame = active_frame(self)
-        if frame is not None:
-            return frame.params[name] if name in store.params else frame.state(name)
-        return ParamHandle(store, name) if name in store.params else StateHandle(store, name)
+        step = object.__getattribute__(self, "_step")
+        if step is not None:
+            return step.get(name)
+        is_param = isinstance(storage.decls[name], ParamDecl)
+        return (ParamHandle if is_param else StateHandle)(storage, name)
+
+    def _declare(self, attr: str, decl: Decl) -> None:
+        where = f"`{type(self).__name__}.{attr}`"
+        if self._storage.sealed:
+            raise GraphDeclarationError(
+                f"{where} was declared after the graph was first called",
+                fix="declare every param and state in __init__, before the first call",
+            )
+        if hasattr(type(self), attr):  # `self.<attr>` would find the class's, not the declaration
+            owner = "Graph" if hasattr(Graph, attr) else type(self).__name__
+            raise GraphDeclarationError(
+                f"{where} would hide the {owner} attribute `{attr}`",
+                fix=f"give the declaration another attribute name than `{attr}`",
+            )
+        decl.name = decl.name or attr
+        if isinstance(decl, StateDecl):
+            check_field_names(type(self).__name__, decl)
+        self._storage.declare(attr, decl)
 
     # host access --------------------------------------------------------------------------------
     @property
     def compile_count(self) -> int:
         """How many times `body` was traced and compiled (once per new input signature)."""
-        return self._compile_count
+        return self._programs.builds
+
+    @property
+    def states(self) -> Model:
+        """A snapshot of every state as one `sm.Model` (class `<Graph>State`), a buffer per state
+        named like `state_dict()`: `sm.save(path, graph.states)` saves them, and
+        `graph.load_states(sm.load(path, like=graph.states))` brings them back."""
+        return self._storage.state_model(copy=True)
+
+    def load_states(self, states: Model) -> None:
+        """Sets every state from an `sm.Model` like `graph.states` (e.g. from `sm.load`).
+
+        Raises:
+            LoadStateDictError: (E1405) listing every missing, unexpected or wrong-shape buffer;
+                nothing is loaded then.
+        """
+        self._storage.load_states(states)
 
     def read(self, name: str):
         """A host numpy copy of the device state `name` (a pytree of them for a pytree state)."""
-        return self._store.read(self._state_attr(name))
+        return self._storage.read(self._storage.state_attr(name))
 
     def reset(self, *names: str) -> None:
         """Zeroes the named states (all by default), on the device and in the host mirror."""
-        attrs = [self._state_attr(n) for n in names] or list(self._store.states)
-        self._store.reset(attrs)
+        self._storage.reset([self._storage.state_attr(n) for n in names])
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Host copies of every bound weight and every state, keyed by dotted name."""
-        return self._store.state_dict()
+        return self._storage.state_dict()
 
     def load_state_dict(self, entries: dict[str, Any]) -> None:
         """Binds weights (and, when given, states) by dotted name, all or nothing.
@@ -147,126 +175,91 @@ class Graph:
             LoadStateDictError: (E1405) listing every missing, unexpected (with near-miss names)
                 and wrong-shape or wrong-kind entry; nothing is loaded then.
         """
-        self._store.load(entries)
-
-    def _state_attr(self, name: str) -> str:
-        attr = self._store.attr_of(name)
-        if attr not in self._store.states:
-            raise StateNotFoundError(
-                f"`{name}` is a weight of `{type(self).__name__}`, not a state",
-                fix=f"read a weight with graph.{attr}.host",
-            )
-        return attr
+        self._storage.load(entries, require="weights")
 
     # running ------------------------------------------------------------------------------------
+    def _pure_step(self, weights: dict[str, Any], states: Model, inputs, *, traced: bool):
+        """The one pure function behind a call: `(weights, states, (args, kwargs)) ->
+        (outputs, states, checks)`, `checks` being this run's `IndexChecks` for the caller to act
+        on. Traced once per input signature by `__call__`; run eagerly by `reference`."""
+        if self._step is not None:
+            raise GraphBodyError(
+                f"`{type(self).__name__}.body` ran the graph again from inside itself",
+                fix="call helper functions from body, not the graph",
+            )
+        storage: Storage = self._storage
+        by_name = {leaf_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(states)[0]}
+        values = {attr: storage.build_state(attr, by_name) for attr in storage.state_decls}
+        checks = IndexChecks(_named_leaves(inputs))
+        run = Step(storage.decls, weights, values, checks)
+        args, per_call = inputs
+        object.__setattr__(self, "_step", run)
+        try:
+            out = type(self).body(self, *args, **per_call)
+        finally:
+            object.__setattr__(self, "_step", None)
+        new = storage.state_like(states, run.states, constrain=traced)
+        return out, new, checks
+
     def reference(self, *inputs, **per_call):
         """Runs `body` eagerly on the host, against the host mirror of the state (`.host`).
 
         Nothing is compiled: the body can be stepped through and can print. Inputs are cast to
         the dtypes the compiled path would see, and every value the body sees (inputs, weights,
         state reads) is an eager JAX array on the host CPU, so annotated functions accept it.
-        Array states are mirrored in numpy (`graph.total.host`), separately from the device
-        state (`graph.read("total")`), so the two paths can be run side by side and compared.
-        Results come back as numpy.
+        The mirror (`graph.total.host`) is separate from the device state
+        (`graph.read("total")`), so the two paths can be run side by side and compared; it is
+        changed only when the body returns. Results come back as numpy.
         """
-        return run_reference(self, self._store, type(self).body, inputs, per_call)
+        cpu = jax.devices("cpu")[0]
+        leaves, treedef = canonical_inputs(inputs, per_call)
+        args, kwargs = jax.device_put(jax.tree_util.tree_unflatten(treedef, leaves), cpu)
+        storage: Storage = self._storage
+        with jax.default_device(cpu):
+            host = storage.host_weights(), storage.host_model()
+            out, new, _ = self._pure_step(*host, (args, kwargs), traced=False)
+        storage.set_host_model(new)
+        return jax.tree.map(np.asarray, out)
 
     def __call__(self, *inputs, **per_call):
-        store: Store = self._store
-        leaves, key = normalize_inputs(inputs, per_call)
-        if any(jxi.is_tracer(x) for x in leaves):
-            raise GraphInputError(
-                f"`{type(self).__name__}` was called with traced inputs (inside jax.jit, grad or "
-                "vmap); a Graph is itself a compiled program that owns device state",
-                fix="call the graph from Python, or use the pure functions it wraps (e.g. "
-                "transformer.step) inside your own jit",
-            )
-        weights = store.device_param_leaves()
-        states = store.device_state_leaves()
-        program = self._programs.get(key)
-        if program is None:
-            program = self._compile(weights, states, leaves, key[0])
-            self._programs[key] = program
-        for rule in program.rules:
-            value = int(np.asarray(leaves[rule.leaf]))
-            if value < 0 or value + rule.extent > rule.size:
-                _index.raise_index_error(rule.what, rule.size, rule.extent, value, rule.arg)
+        leaves, key = signature(type(self).__name__, inputs, per_call)
+        program: Program = self._programs.get(key)
+        storage: Storage = self._storage
         # Flat leaves, not pytrees: the fastest path through JAX's dispatch.
-        results = program.compiled(*weights, *states, *leaves)
-        out = results[0]
-        store.set_device_state_leaves(results[1])
-        if program.checks:
-            oks, values = np.asarray(results[2]), results[3]
-            if not oks.all():
-                bad = int(np.argmin(oks))
-                what, size, extent = program.checks[bad]
-                _index.raise_index_error(what, size, extent, int(np.asarray(values)[bad]))
+        out, states = program.run(storage.weight_leaves(), storage.state_leaves(), leaves)
+        storage.set_state_leaves(states)
         return out
 
-    def _compile(self, weights, states, leaves, treedef) -> _Program:
-        store: Store = self._store
-        store.sealed = True
-        record: dict[str, Any] = {}
+    def _compile(self, key: Signature) -> Program:
+        storage: Storage = self._storage
+        storage.sealed = True
+        weights, weight_def = jax.tree.flatten(storage.device_weights())
+        states, state_def = storage.state_leaves(), storage.state_def()
         nw, ns = len(weights), len(states)
 
-        def step(*flat):
-            object.__setattr__(self, "_compile_count", self._compile_count + 1)
-            weight_leaves, state_leaves = flat[:nw], flat[nw : nw + ns]
-            args, kwargs = jax.tree_util.tree_unflatten(treedef, flat[nw + ns :])
-            direct = _index.direct_inputs((args, kwargs))
-            sink = _index.Sink(direct)
-            out, new = self._run_traced(sink, weight_leaves, state_leaves, args, kwargs)
-            record["rules"] = sink.rules
-            record["checks"] = [(c.what, c.size, c.extent) for c in sink.checks]
-            if not sink.checks:
-                return out, new
-            # Run the body again with every write gated on all of this call's checks passing;
-            # XLA keeps only the index arithmetic of the first run.
-            oks = jnp.stack([c.ok for c in sink.checks])
-            values = jnp.stack([c.value for c in sink.checks])
-            gated = _index.Sink(direct, ok_all=jnp.all(oks))
-            out, new = self._run_traced(gated, weight_leaves, state_leaves, args, kwargs)
-            return out, new, oks, values
+        def trees(flat):
+            return (
+                jax.tree.unflatten(weight_def, flat[:nw]),
+                jax.tree.unflatten(state_def, flat[nw : nw + ns]),
+                jax.tree.unflatten(key.treedef, flat[nw + ns :]),
+            )
 
-        jitted = jax.jit(step, donate_argnums=tuple(range(nw, nw + ns)))
-        compiled = jitted.trace(*weights, *states, *leaves).lower().compile()
-        return _Program(compiled, record["rules"], record["checks"])
-
-    def _run_traced(self, sink, weight_leaves, state_leaves, args, kwargs):
-        store: Store = self._store
-        params, at = {}, 0
-        for attr, decl in store.params.items():
-            n = len(decl.shapes)
-            params[attr] = _build(decl, weight_leaves[at : at + n])
-            at += n
-        states, at = {}, 0
-        for attr, decl in store.states.items():
-            n = len(decl.shapes)
-            states[attr] = _build(decl, state_leaves[at : at + n])
-            at += n
-        frame = Frame(self, "trace", params, states, store.states)
-        _index.push_sink(sink)
-        try:
-            with frame:
-                out = type(self).body(self, *args, **kwargs)
-        finally:
-            _index.pop_sink()
-        new = []
-        for attr, decl in store.states.items():
-            leaves = decl.split(frame.states[attr])
-            if decl.sharding is not None:
-                leaves = [jax.lax.with_sharding_constraint(x, decl.sharding) for x in leaves]
-            new += [jnp.asarray(x) for x in leaves]
-        return out, new
+        pure = lambda w, s, inputs: self._pure_step(w, s, inputs, traced=True)  # noqa: E731
+        return compile_program(pure, weights, states, key, unflatten=trees)
 
     def __repr__(self) -> str:
-        store: Store = self._store
         parts = [
             f"{'param' if isinstance(d, ParamDecl) else 'state'} {d.name}"
-            for d in store.decls.values()
+            for d in self._storage.decls.values()
         ]
         return f"{type(self).__name__}({', '.join(parts)})"
 
 
-def _build(decl: Decl, leaves):
-    return leaves[0] if decl.is_array else decl.build(leaves)
+def _named_leaves(inputs) -> list[tuple[str, Any]]:
+    """`(name, leaf)` for `(args, kwargs)`: the keyword (`pos`), or `input N`, plus any path."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(inputs)[0]:
+        head, first, rest = path[0].idx, path[1], path[2:]
+        label = f"input {first.idx}" if head == 0 else str(first.key)
+        out.append((label + "".join(str(k) for k in rest), leaf))
+    return out

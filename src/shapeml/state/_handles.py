@@ -10,13 +10,13 @@ __all__ = ["ParamHandle", "StateHandle"]
 
 
 class _Handle:
-    def __init__(self, core, attr: str):
-        self._core = core
+    def __init__(self, storage, attr: str):
+        self._storage = storage
         self._attr = attr
 
     @property
     def _decl(self):
-        return self._core.decls[self._attr]
+        return self._storage.decls[self._attr]
 
     @property
     def name(self) -> str:
@@ -26,13 +26,13 @@ class _Handle:
     def shape(self):
         """The shape (a tuple), or for a pytree the shapes by leaf name."""
         d = self._decl
-        return d.shapes[0] if d.is_array else dict(zip(d.leaf_names, d.shapes))
+        return d.leaves[""][0] if d.is_array else {n: s for n, (s, _) in d.leaves.items()}
 
     @property
     def dtype(self):
         """The dtype, or for a pytree the dtypes by leaf name."""
         d = self._decl
-        return d.dtypes[0] if d.is_array else dict(zip(d.leaf_names, d.dtypes))
+        return d.leaves[""][1] if d.is_array else {n: t for n, (_, t) in d.leaves.items()}
 
     @property
     def sharding(self):
@@ -50,16 +50,16 @@ class StateHandle(_Handle):
     @property
     def host(self) -> Any:
         """A numpy copy of the host mirror of this state (the reference path's state)."""
-        return self._core.host_copy(self._attr)
+        return self._storage.host_copy(self._attr)
 
     @property
     def device(self) -> Any:
         """The device array (or pytree) holding this state now; invalid after the next call."""
-        return self._core.device_state_value(self._attr)
+        return self._storage.build_state(self._attr, self._storage.device_by_name())
 
     def read(self) -> Any:
         """A numpy copy of the device state (same as `graph.read(name)`)."""
-        return self._core.read(self._attr)
+        return self._storage.read(self._attr)
 
     def __repr__(self) -> str:
         return f"StateHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"
@@ -70,14 +70,13 @@ class ParamHandle(_Handle):
 
     @property
     def host(self) -> Any:
-        d = self._decl
-        vals = self._core.param_values(self._attr)
-        return np.array(vals[0]) if d.is_array else d.build([np.array(v) for v in vals])
+        values = self._storage.weight_values(self._attr)
+        return self._decl.build({n: np.array(v) for n, v in values.items()})
 
     @property
     def device(self) -> Any:
         """The weight on the device, uploaded on first use and then never again."""
-        return self._core.device_param_value(self._attr)
+        return self._storage.device_weights()[self._attr]
 
     def __repr__(self) -> str:
         return f"ParamHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"

@@ -1,19 +1,18 @@
-"""Bounds checks for every index into a state, on the host or inside the compiled program.
+"""Bounds checks for indices into states and caches: out of range is an error in every context.
 
-JAX clamps out-of-range gathers and `dynamic_update_slice`s silently, so each index into a state
-passes through `check`. A concrete index is checked at once. A traced index that is exactly a
-per-call input of a `Graph` becomes a host rule, checked before the next call is dispatched (no
-device work, no sync). Any other traced index becomes an in-program check: the graph then gates every
-write of the call on all checks passing (`gate`) and raises after the call, so nothing changes.
-Outside a graph (plain `jax.jit`) a failing traced check fails the program through
-`eqx.error_if` (correct under `vmap`); the JAX runtime error's message starts with `[E1401]`.
+JAX clamps out-of-range gathers and `dynamic_update_slice`s silently, so every index into a state
+passes through `check_index`. A concrete index is checked at once and raises `StateIndexError`. A
+traced index goes to the mechanism named at the call site: by default `eqx.error_if`, which fails
+the whole computation (under `jit`, and per element under `vmap`); or, when the caller passes an
+`IndexChecks` list (a `Graph` step does, for every view of its state), into that list, whose owner
+discards the writes of a failing call and raises after it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
+import warnings
 from typing import Any
 
 import equinox as eqx
@@ -24,19 +23,7 @@ import numpy as np
 from .. import _jax_internals as jxi
 from ._errors import StateIndexError, StateIndexTypeError
 
-__all__ = [
-    "HostRule",
-    "Sink",
-    "active_sink",
-    "assume_in_bounds",
-    "check_index",
-    "direct_inputs",
-    "gate",
-    "index_message",
-    "input_names",
-    "raise_index_error",
-    "span",
-]
+__all__ = ["IndexChecks", "assume_in_bounds", "check_index", "raise_index_error", "span"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,78 +46,65 @@ class span:  # noqa: N801 - reads like a slice constructor
 
 
 @dataclasses.dataclass(frozen=True)
-class HostRule:
-    """`0 <= inputs[leaf] and inputs[leaf] + extent <= size`, checked before each call."""
+class Check:
+    """One traced check: `ok` is `0 <= value <= size - extent`. When the index is one of the
+    inputs the list was given, `source` names it and `input` is its position, else "" and -1."""
 
-    leaf: int
-    arg: str
     what: str
     size: int
     extent: int
-
-
-@dataclasses.dataclass
-class _Check:
-    what: str
-    size: int
-    extent: int
+    source: str
+    input: int
     ok: jax.Array
     value: jax.Array
 
 
-@dataclasses.dataclass
-class Sink:
-    """Collects the index checks of one trace of a graph's body."""
+class IndexChecks:
+    """An explicit list of the traced index checks of one computation, for its owner to act on.
 
-    direct: dict[int, tuple[int, str]]  # id(tracer of a per-call input) -> (leaf, name)
-    ok_all: jax.Array | None = None  # set on the gated second trace
-    rules: list[HostRule] = dataclasses.field(default_factory=list)
-    checks: list[_Check] = dataclasses.field(default_factory=list)
-
-
-_local = threading.local()
-
-
-@contextlib.contextmanager
-def assume_in_bounds():
-    """Within this block (while tracing), traced indices into states and caches are not checked
-    inside the program; concrete ones still are.
-
-    For a loop whose positions the caller has already checked on the host, such as a decode loop
-    after `prompt + steps <= ctx` was verified: each in-program check costs a conditional per
-    index per iteration (about half the time of a small model's decode step on CPU). Inside a
-    `Graph` body, per-call indices are checked on the host anyway and cost nothing.
-
-    Example:
-        >>> if t + steps > cache.ctx: raise ...        # checked once, on the host
-        >>> with shapeml.state.assume_in_bounds():
-        ...     tokens = lax.scan(decode_step, ...)     # traced positions t .. t + steps - 1
+    A `Graph` step holds one: the views of its state (and a `KVCache` bound to it with
+    `cache.with_checks(checks)`) record each traced index here instead of failing the program,
+    and the graph runs these checks before the step, raising `StateIndexError` instead of running
+    it. `sources` are `(name, value)` pairs of the step's inputs: an index that is one of them is
+    named in errors (`pos=16`) and can be checked on the host, without running anything.
     """
-    _local.__dict__.setdefault("trusted", []).append(True)
-    try:
-        yield
-    finally:
-        _local.trusted.pop()
+
+    def __init__(self, sources: list[tuple[str, Any]] | None = None):
+        self.sources = list(sources or ())
+        self.entries: list[Check] = []
+
+    def position_of(self, idx) -> int:
+        """Which of `sources` is `idx` itself (the same object), or -1."""
+        return next((i for i, (_, value) in enumerate(self.sources) if value is idx), -1)
+
+    def source_of(self, idx) -> str:
+        at = self.position_of(idx)
+        return self.sources[at][0] if at >= 0 else ""
+
+    def record(self, idx, size: int, *, what: str, extent: int = 1):
+        """Records `0 <= idx <= size - extent` for a traced `idx` and returns `idx` unchanged."""
+        value = jnp.asarray(idx).astype(jnp.int32)
+        ok = (value >= 0) & (value <= size - extent)
+        at = self.position_of(idx)
+        source = self.sources[at][0] if at >= 0 else ""
+        self.entries.append(Check(what, size, extent, source, at, ok, value))
+        return idx
+
+    def all_ok(self) -> jax.Array | None:
+        """True when every recorded check passed; None when nothing was recorded."""
+        if not self.entries:
+            return None
+        return jnp.all(jnp.stack([c.ok for c in self.entries]))
+
+    def __repr__(self) -> str:
+        return f"IndexChecks({len(self.entries)} recorded)"
 
 
-def active_sink() -> Sink | None:
-    stack = getattr(_local, "sinks", None)
-    return stack[-1] if stack else None
-
-
-def push_sink(sink: Sink | None) -> None:
-    _local.__dict__.setdefault("sinks", []).append(sink)
-
-
-def pop_sink() -> None:
-    _local.sinks.pop()
-
-
-def index_message(what: str, size: int, extent: int, value: int, source: str | None = "") -> str:
-    """`source` names the input the index came from; "" for an index computed in the program."""
-    shown = f"{source}={value}" if source else f"{value} (computed inside the program)"
-    if source is None:
-        shown = f"{value}"
+def index_message(what: str, size: int, extent: int, value: int, source: str | None) -> str:
+    """The text of an E1401 error. `source` names the input the index is; "" says it was computed
+    in a graph's body; None says nothing (outside a graph)."""
+    shown = f"{source}={value}" if source else f"{value}"
+    shown += " (computed in body)" if source == "" else ""
     if extent == 1:
         return f"{what} has size {size}, but the index {shown} is outside 0..{size - 1}"
     return (
@@ -145,7 +119,7 @@ def _fix(size: int, extent: int) -> str:
     return f"start the span at 0 <= start <= {size - extent}"
 
 
-def raise_index_error(what: str, size: int, extent: int, value: int, source: str | None = ""):
+def raise_index_error(what: str, size: int, extent: int, value: int, source: str | None = None):
     raise StateIndexError(index_message(what, size, extent, value, source), fix=_fix(size, extent))
 
 
@@ -153,34 +127,23 @@ def _is_int_scalar(x) -> bool:
     return np.ndim(x) == 0 and jnp.issubdtype(jnp.result_type(x), jnp.integer)
 
 
-def direct_inputs(inputs) -> dict[int, tuple[int, str]]:
-    """`id -> (leaf, name)` for the integer scalar leaves of `(args, kwargs)` as given to a body."""
-    names = input_names(inputs)
-    return {
-        id(x): (i, names[i])
-        for i, x in enumerate(jax.tree_util.tree_leaves(inputs))
-        if np.ndim(x) == 0 and jnp.issubdtype(x.dtype, jnp.integer)
-    }
+def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChecks | None = None):
+    """Checks `0 <= idx` and `idx + extent <= size`, the same way in every context.
 
-
-def input_names(inputs) -> list[str]:
-    """A name for each leaf of `(args, kwargs)`: the keyword, or `input N` plus a pytree path."""
-    out = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(inputs)[0]:
-        head, first, rest = path[0].idx, path[1], path[2:]
-        label = f"input {first.idx}" if head == 0 else str(first.key)
-        out.append(label + "".join(str(k) for k in rest))
-    return out
-
-
-def check_index(idx, size: int, *, what: str, extent: int = 1):
-    """Checks `0 <= idx` and `idx + extent <= size`; returns `idx` as an int or int32 scalar.
+    A concrete index raises at once. A traced one (under `jit`, `vmap`, `scan`, in a graph's body)
+    is checked inside the program: by `eqx.error_if` (the computation fails with a JAX runtime
+    error whose message starts with `[E1401]`), or, when `checks` is given, by recording it in
+    that list for its owner (a `Graph` step) to act on.
 
     Args:
         idx: an integer scalar: Python int, 0-d integer array, or traced 0-d integer.
         size: the extent of the indexed axis.
         what: how the error names the axis, e.g. "state `total` (axis 0)".
         extent: how many positions starting at `idx` are touched.
+        checks: where a traced check goes instead of `eqx.error_if` (see `IndexChecks`).
+
+    Returns:
+        `idx` (an int when concrete); a traced `idx` must be used for its check to run.
 
     Raises:
         StateIndexTypeError: (E1402) if `idx` is not an integer scalar.
@@ -197,27 +160,16 @@ def check_index(idx, size: int, *, what: str, extent: int = 1):
             f"{what} has size {size}, but a span of {extent} positions was asked for",
             fix=f"use a span of at most {size}",
         )
-    sink = active_sink()
     if not jxi.is_tracer(idx):
         value = int(idx)
         if value < 0 or value + extent > size:
-            named = sink is not None and id(idx) in sink.direct
-            raise_index_error(what, size, extent, value, sink.direct[id(idx)][1] if named else None)
+            source = checks.source_of(idx) if checks is not None else None
+            raise_index_error(what, size, extent, value, source)
         return value
-    if sink is not None and id(idx) in sink.direct:
-        leaf, arg = sink.direct[id(idx)]
-        sink.rules.append(HostRule(leaf, arg, what, size, extent))
-        return idx
-    if getattr(_local, "trusted", None):
-        return idx
-    idx = jnp.asarray(idx, jnp.int32)
+    if checks is not None:
+        return checks.record(idx, size, what=what, extent=extent)
     ok = (idx >= 0) & (idx <= size - extent)
-    if sink is not None:
-        sink.checks.append(_Check(what, size, extent, ok, idx))
-        return idx
-
-    # Outside a graph nothing can gate the writes; fail the whole computation instead
-    # (eqx.error_if stays correct under vmap, where a cond would run both branches).
+    # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
     return eqx.error_if(
         idx,
         ~ok,
@@ -226,9 +178,18 @@ def check_index(idx, size: int, *, what: str, extent: int = 1):
     )
 
 
-def gate(new: jax.Array, old: jax.Array) -> jax.Array:
-    """`new`, or `old` when the graph's in-program checks failed on this call (a no-op write)."""
-    sink = active_sink()
-    if sink is None or sink.ok_all is None:
-        return new
-    return jnp.where(sink.ok_all, new, old)
+@contextlib.contextmanager
+def assume_in_bounds():
+    """Deprecated, and does nothing: every index is checked in every context.
+
+    It used to drop in-program checks inside its block. The checks now cost a conditional that
+    never runs its branch unless an index is out of range; an unchecked index would be clamped
+    silently, so there is nothing to turn off.
+    """
+    warnings.warn(
+        "shapeml.state.assume_in_bounds() is deprecated and does nothing: indices are always "
+        "checked (the check is cheap); remove the `with` block",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    yield

@@ -3,11 +3,14 @@
 A decode step writes this position's K and V (`write`) and attends over positions `0..pos`
 (`read` returns the whole cache and the mask). The cache is a plain pytree, usable inside any
 `jax.jit` or `lax.scan`, and as a `Graph` state (`self.cache = state(KVCache(...))`), where its
-buffers are donated and updated in place. Every position is bounds-checked, never clamped.
+buffers are donated and updated in place. Every position is bounds-checked, never clamped: by
+`eqx.error_if` in your own `jit`, or, in a graph's body, in the graph step's `IndexChecks` (the
+graph binds the cache to them with `with_checks`), so a bad position there changes nothing.
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import equinox as eqx
@@ -15,8 +18,8 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
-from . import _index
 from ._errors import StateWriteError
+from ._index import IndexChecks, check_index
 
 __all__ = ["KVCache"]
 
@@ -28,6 +31,8 @@ class KVCache(eqx.Module):
         k: keys, shape `[layers, batch, ctx, heads, head_dim]`.
         v: values, the same shape.
         name: how errors name this cache.
+        checks: where traced positions are checked: None (the default) for `eqx.error_if`, or
+            a graph step's `IndexChecks` (see `with_checks`).
 
     Example:
         >>> cache = KVCache(layers=2, ctx=16, heads=4, head_dim=8)
@@ -38,6 +43,7 @@ class KVCache(eqx.Module):
     k: Shaped[Array, "L B T H Dh"]
     v: Shaped[Array, "L B T H Dh"]
     name: str = eqx.field(static=True)
+    checks: IndexChecks | None = eqx.field(static=True)
 
     def __init__(
         self,
@@ -54,6 +60,14 @@ class KVCache(eqx.Module):
         self.k = jnp.zeros(shape, dtype)
         self.v = jnp.zeros(shape, dtype)
         self.name = name
+        self.checks = None
+
+    def with_checks(self, checks: IndexChecks | None) -> KVCache:
+        """The same cache, its traced positions checked into `checks` instead of failing the
+        program (`None`: back to `eqx.error_if`). A `Graph` binds its state caches this way."""
+        new = copy.copy(self)
+        object.__setattr__(new, "checks", checks)
+        return new
 
     @property
     def layers(self) -> int:
@@ -76,10 +90,11 @@ class KVCache(eqx.Module):
         return self.k.shape[4]
 
     def _layer(self, layer):
-        return _index.check_index(layer, self.layers, what=f"{self.name} layers")
+        return check_index(layer, self.layers, what=f"{self.name} layers", checks=self.checks)
 
     def _pos(self, pos, n: int):
-        return _index.check_index(pos, self.ctx, what=f"{self.name} positions (ctx)", extent=n)
+        what = f"{self.name} positions (ctx)"
+        return check_index(pos, self.ctx, what=what, extent=n, checks=self.checks)
 
     def write(
         self,
@@ -118,11 +133,9 @@ class KVCache(eqx.Module):
         layer = self._layer(layer)
         pos = self._pos(pos, n)
         start = (layer, 0, pos, 0, 0)
-        size = (1, self.batch, n, self.heads, self.head_dim)
 
         def put(cache, new):
-            old = lax.dynamic_slice(cache, start, size)
-            return lax.dynamic_update_slice(cache, _index.gate(new[None], old), start)
+            return lax.dynamic_update_slice(cache, new[None], start)
 
         return eqx.tree_at(lambda c: (c.k, c.v), self, (put(self.k, k4), put(self.v, v4)))
 

@@ -24,15 +24,7 @@ from .._errors import ShapemlError
 from .._shaped import shaped
 from ..models import Dims, Model, normal
 from ..models import param as field
-from ..state import (
-    Graph,
-    KVCache,
-    StateIndexError,
-    assume_in_bounds,
-    check_index,
-    param,
-    state,
-)
+from ..state import Graph, KVCache, StateIndexError, check_index, param, state
 
 __all__ = [
     "CachedDecoder",
@@ -180,7 +172,10 @@ def step(
     b, n = tokens.shape
     d = m.dims
     _check_tokens(tokens, d.V)
-    pos = check_index(pos, d.T, what=f"positions of the context T={d.T}", extent=n)
+    # Checked where the cache checks its own positions: by eqx.error_if in a plain jit, or in
+    # the step's IndexChecks when the cache is a Graph's state (a bad pos then changes nothing).
+    what = f"positions of the context T={d.T}"
+    pos = check_index(pos, d.T, what=what, extent=n, checks=cache.checks)
     x = _embed(m, tokens) + lax.dynamic_slice_in_dim(m.pos, pos, n)[None]
     heads, hd = d.H, d.D // d.H
     for layer in range(d.L):
@@ -221,8 +216,8 @@ def _generate(m, prompt, steps, greedy, key, temperature):
         nxt = _pick(logits[:, 0], key, i, temperature)
         return (cache, nxt), tok
 
-    with assume_in_bounds():  # generate() checked t + steps <= T on the host
-        (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))
+    # generate() checked t + steps <= T on the host; the in-loop checks never fire.
+    (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))
     new = jnp.concatenate([jnp.swapaxes(toks, 0, 1), last[:, None]], axis=1)
     return jnp.concatenate([prompt, new], axis=1)
 
@@ -271,7 +266,7 @@ class CachedDecoder(Graph):
 
     `logits = dec(tokens, pos=p)` runs `step` for `tokens [b, n]` at positions `p .. p + n - 1`;
     the cache is updated in place, `p` is traced (one compile per `n`), and a position outside the
-    context raises before anything runs.
+    context raises `StateIndexError` after the call and leaves the cache as it was.
 
     Example:
         >>> dec = CachedDecoder(Transformer.init(seed=0), batch=1)
