@@ -2,13 +2,15 @@
 
     python benchmarks/int8_decode.py
 
-Measures, in one run, the time per decoded token (median over repeats, after warm-up, with
-`jax.block_until_ready`):
+Measures, in one run, the time per decoded token (with `jax.block_until_ready`):
   (a) the numpy reference, stepping token by token;
   (b) the compiled JAX step, called once per token (the cache goes back and forth);
   (c) `generate`, the whole trace in one compiled call;
-  (d) `generate` with tp=2, in a subprocess with two forced host devices.
-The last line is the budget line: the per-token speedup of (c) over (a).
+  (d) `generate` with tp=2, in a subprocess with two forced host devices (the model placed on
+      the mesh once, `tp_params`).
+(a), (b) and (c) are timed together by the shared interleaved timer (`_timing.interleaved`:
+shuffled order each round), so machine noise hits them alike. The last line is the budget
+line: the per-token speedup of (c) over (a).
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import jax
 
-from shapeml import int8
+sys.path.insert(0, str(Path(__file__).parent))
+from _timing import interleaved  # noqa: E402
+
+from shapeml.apps.int8_sort import tiny_model  # noqa: E402
 
 PROMPT = "fcak>"
 
@@ -38,7 +44,9 @@ def median_time(fn, repeat: int, warmup: int = 2) -> float:
 
 
 def measure(tp: int | None) -> dict[str, float]:
-    m = int8.tiny_model()
+    base = tiny_model()
+    # with tp, the tables placed on the mesh once (`tp_params`), not on every call
+    m = base if tp is None else base.tp_params(tp)
     prompt = m.encode(PROMPT)
     n = m.ctx - len(prompt) + 1  # fill the context: ctx decode steps
     steps = len(prompt) + n - 1
@@ -52,16 +60,31 @@ def measure(tp: int | None) -> dict[str, float]:
         return seq
 
     out = {"steps": steps}
-    out["generate"] = (
-        median_time(lambda: jax.block_until_ready(m.generate_arrays(prompt, n, tp=tp)), repeat=50)
-        / steps
-    )
-    out["step"] = median_time(step_loop, repeat=5) / steps
     if tp is None:
-        out["reference"] = median_time(lambda: m.reference_generate(prompt, n), repeat=5) / steps
         assert m.reference_generate(prompt, n)[0] == m.generate(prompt, n)
+        # one call of each contender takes about 10-20 ms: 20 generate traces, each waited for
+        one_trace = lambda: jax.block_until_ready(m.generate_arrays(prompt, n))
+        us = interleaved(
+            {
+                "reference": lambda: m.reference_generate(prompt, n),
+                "step": step_loop,
+                "generate": lambda: [one_trace() for _ in range(20)],
+            },
+            rounds=9,
+            number=2,
+        )
+        out["reference"] = us["reference"] * 1e-6 / steps
+        out["step"] = us["step"] * 1e-6 / steps
+        out["generate"] = us["generate"] * 1e-6 / (20 * steps)
     else:
-        assert m.generate(prompt, n, tp=tp) == m.generate(prompt, n)
+        assert m.generate(prompt, n, tp=tp) == base.generate(prompt, n)
+        out["generate"] = (
+            median_time(
+                lambda: jax.block_until_ready(m.generate_arrays(prompt, n, tp=tp)), repeat=50
+            )
+            / steps
+        )
+        out["step"] = median_time(step_loop, repeat=5) / steps
     return out
 
 

@@ -1,4 +1,4 @@
-"""Trains, quantizes and exports the int8 model shipped in `shapeml/int8/tiny_transformer.json`.
+"""Trains, quantizes and exports the int8 model shipped in `shapeml/apps/int8_sort/tiny_transformer.json`.
 
     python scripts/train_tiny_transformer.py            # rewrites the shipped files
     python scripts/train_tiny_transformer.py --out m.json --steps 3000
@@ -10,7 +10,7 @@ CPU cores.
 
 import sys
 
-from shapeml.int8._cli import main
+from shapeml.apps.int8_sort.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["train", *sys.argv[1:]]))

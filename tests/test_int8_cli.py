@@ -1,12 +1,13 @@
-"""`shapeml int8 {train,generate,check}` through an argparse parser built with `add_parser`."""
+"""`shapeml int8 {train,generate,check}` through an argparse parser built with `add_parser`, and
+through the `shapeml` command itself."""
 
 import argparse
 import json
 
 import pytest
 
-from shapeml import int8
-from shapeml.int8._cli import add_parser
+from shapeml.apps.int8_sort import TINY_MODEL_PATH
+from shapeml.apps.int8_sort.cli import add_parser
 
 
 def run(argv):
@@ -17,13 +18,13 @@ def run(argv):
 
 
 def test_check_prints_shapes_and_bounds(capsys):
-    assert run(["int8", "check", str(int8.TINY_MODEL_PATH)]) == 0
+    assert run(["int8", "check", str(TINY_MODEL_PATH)]) == 0
     out = capsys.readouterr().out
     assert "valid" in out and "wq" in out and "(32, 32)" in out and "d * 128 * 128" in out
 
 
 def test_check_reports_a_bad_file(tmp_path, capsys):
-    obj = json.loads(int8.TINY_MODEL_PATH.read_text())
+    obj = json.loads(TINY_MODEL_PATH.read_text())
     obj["requant"]["w1"] = [5, 70]
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(obj))
@@ -78,3 +79,10 @@ def test_every_flag_has_help(sub, flags, capsys):
         line = next(ln for ln in out.splitlines() if ln.strip().startswith(flag))
         rest = line.strip()[len(flag) :].strip()
         assert rest, f"{flag} has no help text"
+
+
+def test_the_shapeml_command_has_int8(capsys):
+    from shapeml import cli
+
+    assert cli.main(["int8", "check", str(TINY_MODEL_PATH)]) == 0
+    assert "valid" in capsys.readouterr().out

@@ -1,8 +1,10 @@
-"""The JAX decode step, `generate` and `prompt_next_tokens` against the numpy reference, bit for bit."""
+"""The JAX decode step, `generate` and `prompt_next_tokens` against the numpy reference, bit for bit;
+the pure functions under the methods; the compile cache."""
 
 import logging
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -92,11 +94,59 @@ def test_decode_step_loop_equals_generate():
 def test_generate_compiles_once_for_any_prompt(caplog):
     m = Int8Model.random(8, **CONFIGS["base"])
     m.generate([1, 2], 3)
+    m.decode_step(1, 0, m.init_cache())
+    builds = int8.PROGRAMS.builds
     with caplog.at_level(logging.WARNING), jax.log_compiles(True):
         m.generate([5, 6, 7, 8], 9)
         m.generate([1], 1)
         m.prompt_next_tokens([2, 3, 4])
+        m.decode_step(3, 5, m.init_cache())
+        # another model of the same shapes, dims and statics shares the programs
+        Int8Model.from_json(m.to_dict()).generate([2], 4)
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
+    assert int8.PROGRAMS.builds == builds
+
+
+def test_pure_functions_are_the_methods():
+    m = Int8Model.random(9, **CONFIGS["odd"])
+    kc, vc = _zeros(m)
+    cache = m.init_cache()
+    step = jax.jit(int8.step)
+    for pos, tok in enumerate([1, 4, 2, 7]):
+        ref = int8.reference_step(m, tok, pos, kc, vc)
+        want = m.reference_step(tok, pos, kc, vc)
+        assert set(ref) == set(want)
+        for k in ref:
+            np.testing.assert_array_equal(ref[k], want[k])
+        r = step(m, jnp.int32(tok), jnp.int32(pos), cache)
+        np.testing.assert_array_equal(np.asarray(r["logits"]), ref["logits"])
+        kc, vc, cache = ref["k_cache"], ref["v_cache"], r["cache"]
+    assert int8.reference_generate(m, [1, 2], 5) == m.reference_generate([1, 2], 5)
+    buf = np.zeros(m.ctx + 1, np.int32)
+    buf[:2] = [1, 2]
+    out, preds, _ = jax.jit(int8.generate_loop)(m, buf, jnp.int32(2), jnp.int32(6))
+    assert np.asarray(out)[2:7].tolist() == m.generate([1, 2], 5)
+
+
+def test_the_pure_step_checks_tokens_and_positions_under_a_users_jit():
+    # without the host checks of the methods, the program's own checks fail it (no clamping)
+    m = Int8Model.random(9, **CONFIGS["base"])
+    step = jax.jit(int8.step)
+    with pytest.raises(Exception, match="E1401"):
+        jax.block_until_ready(step(m, jnp.int32(1), jnp.int32(m.ctx), m.init_cache()))
+    with pytest.raises(Exception, match="E1608"):
+        jax.block_until_ready(step(m, jnp.int32(m.vocab), jnp.int32(0), m.init_cache()))
+
+
+def test_tokenizer():
+    chars = int8.Tokenizer(("a", "b", ">"))
+    assert chars.encode("ba>") == [1, 0, 2] and chars.decode([0, 1]) == "ab"
+    words = int8.Tokenizer(("t0", "t1"))
+    assert words.encode("t1 t0") == [1, 0] and words.decode([0, 1]) == "t0 t1"
+    with pytest.raises(int8.Int8TokenError, match="'c'"):
+        chars.encode("abc")
+    m = Int8Model.random(0, **CONFIGS["base"])
+    assert m.tokenizer == int8.Tokenizer(m.tokens) and len(m.tokenizer) == m.vocab
 
 
 def test_softmax_properties():
@@ -170,20 +220,8 @@ def test_manifest_covers_every_tensor():
     m = Int8Model.random(5, **CONFIGS["base"])
     man = m.tp_manifest(4)
     assert man.heads_per_device == 1 and man.d_ff_per_device == 16
-    assert set(man.tensors) == {
-        "embed",
-        "positions",
-        "wq",
-        "wk",
-        "wv",
-        "wo",
-        "w1",
-        "w2",
-        "eq",
-        "exp_table",
-        "k_cache",
-        "v_cache",
-    }
+    # every field of the model (the one table of its tensors), then the cache
+    assert list(man.tensors) == [*Int8Model.__shapeml_fields__, "k_cache", "v_cache"]
     for t in man.tensors.values():
         if t.split_axis is None:
             assert t.slices == ()
@@ -192,4 +230,6 @@ def test_manifest_covers_every_tensor():
             assert t.slices[0][0] == 0 and ends[-1] == t.shape[t.split_axis]
             assert all(a == b for (_, b), (a, _) in zip(t.slices, t.slices[1:]))
     assert man.tensors["wo"].split_axis == 0 and man.tensors["wq"].split_axis == 1
+    assert man.tensors["requant_pairs"].split_axis is None
+    assert man.all_reduce == ("psum(wo_acc) then requant wo", "psum(w2_acc) then requant w2")
     assert "psum(w2_acc) then requant w2" in str(man)

@@ -1,4 +1,5 @@
-"""Loading and validating int8 model files: round trips and every validation error."""
+"""Loading and validating int8 model files (the JSON import/export): round trips and every
+validation error, also when a checkpoint (`sm.load`) holds bad tables."""
 
 import copy
 import json
@@ -6,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+import shapeml as sm
 from shapeml import ShapemlError, int8
 from shapeml.int8 import Int8Model
 
@@ -24,12 +26,54 @@ def bad(base, edit):
 def test_round_trip_through_a_file(base, tmp_path):
     m = Int8Model.from_json(base)
     path = tmp_path / "m.json"
-    m.save(path)
+    text = m.to_json(path)
+    assert path.read_text() == text
     m2 = Int8Model.from_json(path)
     assert m2.to_dict() == base
     assert m2.generate([1, 2], 3) == m.generate([1, 2], 3)
     assert json.loads(path.read_text())["format"] == int8.FORMAT
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
+    m.save(tmp_path / "old.json")  # the deprecated name of to_json(path)
+    assert (tmp_path / "old.json").read_text() == text
+
+
+def test_the_model_is_an_sm_model_in_shared_dims(base, tmp_path):
+    m = Int8Model.from_json(base)
+    assert isinstance(m, sm.Model) and issubclass(Int8Model, sm.Model)
+    assert dict(m.dims) == {"V": 7, "T": 5, "D": 16, "H": 2, "F": 24, "E": 9, "Dh": 8}
+    assert m.file_dims == base["dims"]
+    assert m.tokens == tuple(base["tokens"]) and m.meta == base["meta"]
+    assert m.requant == {k: tuple(v) for k, v in base["requant"].items()}
+    assert [m.requant_pairs[i].tolist() for i in range(10)] == [
+        base["requant"][n] for n in int8.REQUANT_POINTS
+    ]
+    assert m.wq.dtype == np.int8 and m.exp_table.dtype == np.int32
+    assert list(m.tensors) == list(base["tensors"])
+    sm.save(tmp_path / "m.safetensors", m)
+    assert sm.load(tmp_path / "m.safetensors", Int8Model).to_dict() == base
+
+
+def test_init_builds_a_valid_model_of_zero_weights():
+    m = Int8Model.init(0, tokens=("a", "b", "c"), V=3, T=4)
+    assert m.file_dims == {"d": 32, "heads": 4, "d_ff": 64, "vocab": 3, "ctx": 4}
+    assert m.generate([1, 2], 2) == m.reference_generate([1, 2], 2)[0] == [0, 0]
+    with pytest.raises(int8.Int8ShapeError, match="V = 3"):
+        Int8Model.init(0, tokens=("a",), V=3)
+
+
+def test_bad_tables_are_refused_outside_the_json_path_too(base):
+    # every build runs the same checks: replace, sm.load, direct construction
+    m = Int8Model.from_json(base)
+    pairs = np.array(m.requant_pairs)
+    pairs[0, 1] = 0
+    with pytest.raises(int8.Int8RequantError, match="shift S = 0"):
+        m.replace(requant_pairs=pairs)
+    with pytest.raises(int8.Int8ExpTableError, match="increases"):
+        m.replace(exp_table=np.arange(9, dtype=np.int32))
+    with pytest.raises(int8.Int8ShapeError, match="V = 7"):
+        m.replace(tokens=("a", "b"))
+    with pytest.raises(ShapemlError, match="wq"):
+        m.replace(wq=np.zeros((16, 15), np.int8))
 
 
 def _set(path, value):
@@ -74,7 +118,7 @@ CASES = [
     (_set(["tokens"], ["a"] * 7), int8.Int8FileError, "E1601", "'a'"),
     (_set(["meta"], [1]), int8.Int8FileError, "E1601", "`meta`"),
     (_set(["tensors", "wq"], [0] * 255), int8.Int8ShapeError, "E1602", "needs 256"),
-    (_set(["tensors", "positions"], [0] * 81), int8.Int8ShapeError, "E1602", "ctx x d"),
+    (_set(["tensors", "positions"], [0] * 81), int8.Int8ShapeError, "E1602", "[T D] = (5, 16)"),
     (_set(["tokens"], ["a", "b"]), int8.Int8ShapeError, "E1602", "dims.vocab = 7"),
     (_set(["tensors", "w2", 5], 128), int8.Int8ValueError, "E1603", "`tensors.w2[5]` = 128"),
     (_set(["tensors", "eq", 0], -129), int8.Int8ValueError, "E1603", "-129"),

@@ -1,13 +1,18 @@
-"""The shipped trained model: golden tokens, bit-exact paths, agreement with its float model."""
+"""The shipped trained model (the int8 sorting app): golden tokens, bit-exact paths, `sm.save` /
+`sm.load` bit for bit, agreement with its float model, and the training pipeline."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import shapeml as sm
 from shapeml import int8
-from shapeml.int8 import _corpus, _quantize, _train
-from shapeml.models import transformer as tfm
+from shapeml.apps import int8_sort
+from shapeml.apps.int8_sort import corpus as _corpus
+from shapeml.apps.int8_sort import quantize as _quantize
+from shapeml.apps.int8_sort import train as _train
+from shapeml.zoo import transformer as tfm
 
 # The shipped model sorts sets of letters; these are its greedy tokens (int8, bit-exact anywhere).
 GOLDEN_PROMPT = "fcak>"
@@ -50,12 +55,47 @@ GOLDEN_NEXT = [10, 1, 12, 12, 1, 3, 7, 10, 13, 11, 11, 12, 12, 4, 5, 6, 13, 9]
 
 @pytest.fixture(scope="module")
 def model():
-    return int8.tiny_model()
+    return int8_sort.tiny_model()
 
 
 @pytest.fixture(scope="module")
 def float_model():
-    return sm.load(int8.TINY_FLOAT_PATH, tfm.Transformer)
+    return sm.load(int8_sort.TINY_FLOAT_PATH, tfm.Transformer)
+
+
+def test_the_deprecated_names_still_work():
+    assert int8.tiny_model is int8_sort.tiny_model
+    assert int8.TINY_MODEL_PATH == int8_sort.TINY_MODEL_PATH
+    assert int8.TINY_FLOAT_PATH == int8_sort.TINY_FLOAT_PATH
+    with pytest.raises(AttributeError):
+        int8.no_such_name  # noqa: B018
+
+
+def test_the_json_export_is_the_shipped_file(model):
+    assert model.to_json().encode() == int8_sort.TINY_MODEL_PATH.read_bytes()
+
+
+def test_sm_save_and_load_round_trip_bit_for_bit(model, tmp_path):
+    assert issubclass(int8.Int8Model, sm.Model)
+    path = tmp_path / "tiny.safetensors"
+    sm.save(path, model)
+    back = sm.load(path, int8.Int8Model)
+    assert sm.load(path, like=model).to_dict() == model.to_dict()
+    assert back.tokens == model.tokens and back.meta_json == model.meta_json
+    flat, tree = jax.tree_util.tree_flatten_with_path(model)
+    flat_back, tree_back = jax.tree_util.tree_flatten_with_path(back)
+    assert tree == tree_back
+    for (path_a, a), (path_b, b) in zip(flat, flat_back, strict=True):
+        assert path_a == path_b and a.dtype == b.dtype
+        assert np.asarray(a).tobytes() == np.asarray(b).tobytes(), path_a
+    # and its decode is unchanged, bit for bit, on every path
+    prompt = model.encode("hdkb>bdhk|gfe>")
+    assert back.generate(prompt, 20) == model.generate(prompt, 20)
+    assert back.reference_generate(prompt, 20) == model.reference_generate(prompt, 20)
+    a = back.step_intermediates(3, 0, back.init_cache())
+    b = model.step_intermediates(3, 0, model.init_cache())
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k])
 
 
 def test_golden_tokens(model):
@@ -116,7 +156,8 @@ def test_training_pipeline_end_to_end(tmp_path):
     q, m = _train.train_int8(cfg, out=str(tmp_path / "q.json"), float_out=str(tmp_path / "f.st"))
     q2 = int8.Int8Model.from_json(tmp_path / "q.json")
     assert q2.to_dict() == q.to_dict()
-    assert q2.dims == {"d": 16, "heads": 2, "d_ff": 16, "vocab": 14, "ctx": 16}
+    assert q2.file_dims == {"d": 16, "heads": 2, "d_ff": 16, "vocab": 14, "ctx": 16}
+    assert (q2.dims.D, q2.dims.H, q2.dims.F, q2.dims.V, q2.dims.T) == (16, 2, 16, 14, 16)
     assert set(q2.meta["eval"]) >= {"int8_answer_accuracy", "agreement_answer_positions"}
     assert sm.load(tmp_path / "f.st", tfm.Transformer).dims.L == 1
 
@@ -135,8 +176,10 @@ def test_corpus_is_seeded_and_answers_are_sorted():
 
 
 def test_model_tensors_are_read_only(model):
-    # the compiled paths cache the weights, so an in-place edit would desynchronise them
+    # a model is an immutable value: a change makes a new model (`replace`)
     with pytest.raises(ValueError, match="read-only"):
         model.tensors["wq"][0, 0] = 1
     with pytest.raises(TypeError):
         model.tensors["wq"] = model.tensors["wk"]
+    with pytest.raises(sm.ShapemlError, match="immutable"):
+        model.wq = model.wk

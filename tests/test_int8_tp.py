@@ -1,4 +1,9 @@
-"""Tensor-parallel decode (tp = 1, 2, 4 over forced host devices) == the unsplit step, bit for bit."""
+"""Tensor-parallel decode (tp = 1, 2, 4 over forced host devices) == the unsplit step, bit for bit.
+
+The negative control lives here, not in the library: the tp step is built from public pieces
+(`int8.tp_step` with a `project` rule), and the test composes a wrong rule that requantizes each
+device's partial sum before the all-reduce.
+"""
 
 import json
 import os
@@ -11,8 +16,22 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json
+    import jax
+    import jax.numpy as jnp
     import numpy as np
+    from jax import lax
+    import shapeml as sm
+    from shapeml import int8
     from shapeml.int8 import Int8Model
+
+
+    def requant_first(x, w, pair, axis):
+        # wrong on purpose: requant of each partial sum, then the sum of the int8 results
+        acc = lax.dot_general(x, w, (((0,), (0,)), ((), ())), preferred_element_type=jnp.int32)
+        part = int8.requant_jax(acc, pair[0], pair[1]).astype(jnp.int32)
+        out = jnp.clip(lax.psum(part, axis), -128, 127).astype(jnp.int8)
+        return lax.psum(acc, axis), out
+
 
     out = {}
     for seed, dims in enumerate([dict(d=32, heads=4, d_ff=64, vocab=16, ctx=12),
@@ -21,51 +40,65 @@ SCRIPT = textwrap.dedent(
         res = out[str(seed)] = {}
         cache = m.init_cache()
         caches = {tp: m.init_cache() for tp in (1, 2, 4)}
+        placed = {tp: m.tp_params(tp) for tp in (1, 2, 4)}
         rng = np.random.default_rng(seed)
-        step_ok = {tp: True for tp in (1, 2, 4)}
+        step_ok = {str(tp): True for tp in (1, 2, 4)}
         for pos in range(m.ctx):
             tok = int(rng.integers(m.vocab))
             ref = m.reference_step(tok, pos, *m.cache_rows(cache))
             logits, nxt, cache = m.decode_step(tok, pos, cache)
             assert np.array_equal(np.asarray(logits), ref["logits"])
             for tp in (1, 2, 4):
-                lg, nx, caches[tp] = m.decode_step(tok, pos, caches[tp], tp=tp)
-                step_ok[tp] &= bool(np.array_equal(np.asarray(lg), np.asarray(logits))
-                                    and int(nx) == int(nxt)
-                                    and np.array_equal(np.asarray(caches[tp].k), np.asarray(cache.k))
-                                    and np.array_equal(np.asarray(caches[tp].v), np.asarray(cache.v)))
-        res["step"] = {str(k): v for k, v in step_ok.items()}
+                # the model placed once (tp_params) or placed on the call: the same integers
+                model = placed[tp] if pos % 2 else m
+                lg, nx, caches[tp] = model.decode_step(tok, pos, caches[tp], tp=tp)
+                step_ok[str(tp)] &= bool(
+                    np.array_equal(np.asarray(lg), np.asarray(logits))
+                    and int(nx) == int(nxt)
+                    and np.array_equal(np.asarray(caches[tp].k), np.asarray(cache.k))
+                    and np.array_equal(np.asarray(caches[tp].v), np.asarray(cache.v)))
+        res["step"] = step_ok
         prompt = rng.integers(m.vocab, size=3).tolist()
         n = m.ctx - 2
         want = m.generate_arrays(prompt, n)
         res["generate"] = {}
         for tp in (1, 2, 4):
-            got = m.generate_arrays(prompt, n, tp=tp)
+            got = placed[tp].generate_arrays(prompt, n, tp=tp)
             res["generate"][str(tp)] = all(
                 np.array_equal(np.asarray(a), np.asarray(b))
                 for a, b in zip([got[0], got[1], got[2].k, got[2].v],
                                 [want[0], want[1], want[2].k, want[2].v]))
         res["prompt_next"] = m.prompt_next_tokens(prompt, tp=4) == m.prompt_next_tokens(prompt)
+        # the pure pieces, composed by hand, are the method
+        mesh = int8.make_mesh(2)
+        exact = jax.jit(int8.tp_step(mesh))
+        wrong = jax.jit(int8.tp_step(mesh, project=requant_first))
+        c = int8.place(m.init_cache(), mesh)
+        a = exact(placed[2], np.int32(1), np.int32(0), c)
+        b = m.decode_step(1, 0, m.init_cache(), tp=2)
+        res["pieces"] = bool(np.array_equal(np.asarray(a[0]), np.asarray(b[0])))
         # negative control: requant before the all-reduce is not the rule, and the logits show it
         # (greedy tokens may survive the extra rounding, so they are not the control)
         for tp in (2, 4):
+            mesh = int8.make_mesh(tp)
+            wrong = jax.jit(int8.tp_step(mesh, project=requant_first))
             c, diff = m.init_cache(), 0
             for pos in range(m.ctx):
-                a = m.decode_step(pos % m.vocab, pos, c, tp=tp)
-                b = m.decode_step(pos % m.vocab, pos, c, tp=tp, reduce="requant_first")
+                a = placed[tp].decode_step(pos % m.vocab, pos, c, tp=tp)
+                b = wrong(placed[tp], np.int32(pos % m.vocab), np.int32(pos), int8.place(c, mesh))
                 diff += not np.array_equal(np.asarray(a[0]), np.asarray(b[0]))
                 c = a[2]
             res[f"negative_control_{tp}"] = diff
         # the placement is what the manifest says
         man = m.tp_manifest(4)
-        p = m.tp_params(4)
-        placed = dict(p._asdict(), k_cache=caches[4].k, v_cache=caches[4].v)
-        res["placement"] = set(placed) == set(man.tensors) and all(
-            len(placed[name].sharding.device_set) == 4
-            and (t.split_axis is None) == placed[name].sharding.is_fully_replicated
+        tables = sm.buffers(placed[4])
+        leaves = dict(tables, k_cache=caches[4].k, v_cache=caches[4].v)
+        res["placement"] = set(leaves) == set(man.tensors) and all(
+            len(leaves[name].sharding.device_set) == 4
+            and (t.split_axis is None) == leaves[name].sharding.is_fully_replicated
             and (t.split_axis is None or all(
                 s.data.shape[t.split_axis] == b - a
-                for s, (a, b) in zip(sorted(placed[name].addressable_shards,
+                for s, (a, b) in zip(sorted(leaves[name].addressable_shards,
                                             key=lambda s: s.device.id), t.slices)))
             for name, t in man.tensors.items())
     print("RESULT" + json.dumps(out))
@@ -99,8 +132,9 @@ def test_tp_generate_equals_unsplit(result, seed, tp):
 
 
 @pytest.mark.parametrize("seed", ["0", "1"])
-def test_tp_prompt_next_tokens_and_placement(result, seed):
+def test_tp_prompt_next_tokens_pieces_and_placement(result, seed):
     assert result[seed]["prompt_next"] is True
+    assert result[seed]["pieces"] is True
     assert result[seed]["placement"] is True
 
 

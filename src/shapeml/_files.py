@@ -30,6 +30,7 @@ __all__ = [
     "FolderMissingError",
     "atomic_write",
     "read_safetensors",
+    "read_text",
     "write_safetensors",
 ]
 
@@ -145,6 +146,32 @@ def write_safetensors(
     return atomic_write(path, data)
 
 
+def _existing_file(path: Path) -> int:
+    """The size of the file at `path`; E1304 when there is none."""
+    if not path.is_file():
+        why = "it is a folder" if path.is_dir() else "there is no such file"
+        raise FileMissingError(f"cannot read `{path}`: {why}", fix="check the path")
+    return path.stat().st_size
+
+
+def read_text(path: str | os.PathLike, *, fix: str = "re-save it") -> str:
+    """Reads a UTF-8 text file (e.g. an int8 model's JSON).
+
+    Raises:
+        FileMissingError: (E1304) if there is no such file.
+        FileFormatError: (E1302) if it is not UTF-8 text.
+    """
+    path = Path(path)
+    size = _existing_file(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise FileFormatError(
+            f"`{path}` is not UTF-8 text ({size} bytes; byte {e.start} is {e.object[e.start]:#x})",
+            fix=fix,
+        ) from None
+
+
 def read_safetensors(
     path: str | os.PathLike, *, fix: str = "re-save it; if it was copied, check the copy finished"
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -159,10 +186,7 @@ def read_safetensors(
         FileFormatError: (E1302) if it is not a valid safetensors file.
     """
     path = Path(path)
-    if not path.is_file():
-        why = "it is a folder" if path.is_dir() else "there is no such file"
-        raise FileMissingError(f"cannot read `{path}`: {why}", fix="check the path")
-    size = path.stat().st_size
+    size = _existing_file(path)
 
     def bad(why: str) -> FileFormatError:
         return FileFormatError(

@@ -7,7 +7,7 @@ import os
 import sys
 
 from ._errors import ShapemlError, errors_markdown, explain, registry
-from .int8._cli import add_parser as add_int8_parser
+from .apps.int8_sort.cli import add_parser as add_int8_parser
 
 __all__ = ["main"]
 

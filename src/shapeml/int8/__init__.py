@@ -1,8 +1,16 @@
 """shapeml.int8: a one-layer transformer that runs on integers only (int8 weights and activations,
 int32 accumulators, fixed-point requant, exp-table softmax), with bit-exact reference, compiled and
 tensor-parallel decode. The integer pipeline is specified in docs/int8.md.
+
+`Int8Model` is an `sm.Model` (its tables are buffers; `sm.save` / `sm.load` work on it); the JSON
+model file is its import/export format. The decode paths are pure functions of the model and a
+`KVCache` (`reference_step`, `step`, `generate_loop`, `tp_step`, ...), which the model's methods
+wrap. The shipped sorting model and its trainer live in `shapeml.apps.int8_sort`.
 """
 
+from ._decode import generate_loop as generate_loop
+from ._decode import project as project
+from ._decode import step as step
 from ._errors import Int8AccumulatorError as Int8AccumulatorError
 from ._errors import Int8ExpTableError as Int8ExpTableError
 from ._errors import Int8FileError as Int8FileError
@@ -15,20 +23,26 @@ from ._errors import Int8TensorParallelError as Int8TensorParallelError
 from ._errors import Int8TokenError as Int8TokenError
 from ._errors import Int8ValueError as Int8ValueError
 from ._model import Int8Model as Int8Model
+from ._numerics import REQUANT_POINTS as REQUANT_POINTS
 from ._numerics import exp_table as exp_table
 from ._numerics import requant as requant
 from ._numerics import requant_jax as requant_jax
 from ._numerics import requant_pair as requant_pair
+from ._programs import PROGRAMS as PROGRAMS
+from ._reference import reference_generate as reference_generate
+from ._reference import reference_step as reference_step
 from ._schema import FORMAT as FORMAT
-from ._schema import REQUANT_POINTS as REQUANT_POINTS
-from ._shipped import TINY_FLOAT_PATH as TINY_FLOAT_PATH
-from ._shipped import TINY_MODEL_PATH as TINY_MODEL_PATH
-from ._shipped import tiny_model as tiny_model
+from ._tokenizer import Tokenizer as Tokenizer
 from ._tp import TensorPlacement as TensorPlacement
 from ._tp import TpManifest as TpManifest
+from ._tp import make_mesh as make_mesh
+from ._tp import place as place
+from ._tp import tp_generate as tp_generate
+from ._tp import tp_step as tp_step
 
 __all__ = [
     "FORMAT",
+    "PROGRAMS",
     "REQUANT_POINTS",
     "Int8AccumulatorError",
     "Int8ExpTableError",
@@ -42,13 +56,31 @@ __all__ = [
     "Int8TensorParallelError",
     "Int8TokenError",
     "Int8ValueError",
-    "TINY_FLOAT_PATH",
-    "TINY_MODEL_PATH",
     "TensorPlacement",
+    "Tokenizer",
     "TpManifest",
     "exp_table",
+    "generate_loop",
+    "make_mesh",
+    "place",
+    "project",
+    "reference_generate",
+    "reference_step",
     "requant",
     "requant_jax",
     "requant_pair",
-    "tiny_model",
+    "step",
+    "tp_generate",
+    "tp_step",
 ]
+
+# Deprecated: the shipped model moved to `shapeml.apps.int8_sort` (an app, not the library).
+_MOVED = ("TINY_FLOAT_PATH", "TINY_MODEL_PATH", "tiny_model")
+
+
+def __getattr__(name: str):
+    if name in _MOVED:
+        from ..apps.int8_sort import shipped
+
+        return getattr(shipped, name)
+    raise AttributeError(f"module 'shapeml.int8' has no attribute {name!r}")

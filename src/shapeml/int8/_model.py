@@ -1,101 +1,133 @@
-"""`Int8Model`: a validated int8 model file and every way to run it (reference, JAX, tensor parallel).
+"""`Int8Model`: the integer-only transformer's tables as an `sm.Model`, and its documented methods.
 
-The model itself is immutable host data (numpy). The compiled programs and the device copies of
-the tables are built on first use and kept on the instance: the only state here, and a cache.
+The field declarations below are the one table of the model's tensors (names, shapes in dims,
+dtypes): the JSON file format (`_schema.py`), the tensor-parallel split (`_tp.py`) and every decode
+path read them from here. The dims share the float transformer's names (`shapeml.zoo.transformer`:
+V vocab, T ctx, D width, H heads, F FFN width), plus E, the exp table's length, and Dh = D // H,
+the head width. The methods are thin wrappers over pure functions of the model: `_reference.py`
+(numpy), `_decode.py` (JAX), `_programs.py` (compiled, one program per signature), `_tp.py`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import os
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Int8, Int32
 
-from .._files import atomic_write
+from .._files import atomic_write, read_text
+from ..models import Dims, Model, buffer, full, ones, static, zeros
 from ..state import KVCache
-from ._decode import Int8Params, generate_loop, new_cache, step_body
-from ._errors import Int8PositionError, Int8PromptError, Int8TokenError
-from ._reference import reference_step
-from ._schema import FORMAT, TENSORS, accumulator_bounds, validate
-from ._tp import (
-    TpManifest,
-    check_tp,
-    make_mesh,
-    manifest,
-    place,
-    place_cache,
-    tp_generate_fn,
-    tp_step_fn,
-)
+from . import _cache, _checks, _programs, _reference, _tp
+from ._errors import Int8FileError
+from ._numerics import EXP_TABLE_MAX, REQUANT_POINTS, accumulator_bounds
+from ._random import random_model_dict
+from ._schema import FILE_DIMS, to_dict, validate, weight_names
+from ._tokenizer import Tokenizer
 
 __all__ = ["Int8Model"]
 
 
-@dataclasses.dataclass(frozen=True, eq=False)
-class Int8Model:
-    """A one-layer decoder-only transformer that runs on integers only.
+class _host_method:  # noqa: N801 - used as a decorator, like `property`
+    """Binds a method as a plain Python method, not as an equinox `BoundMethod`.
 
-    Build one with `Int8Model.from_json(path_or_dict)` (validated; schema in docs/int8.md) or
-    `Int8Model.random(seed)`. Every decode path gives the same integers: `reference_step` (numpy),
-    `decode_step` (JAX, optionally tensor parallel with `tp=N`), `generate` (the whole trace in one
-    compiled call) and `prompt_next_tokens`.
-
-    Attributes:
-        dims: d, heads, d_ff, vocab, ctx.
-        tokens: the string each token id spells.
-        requant: requant point -> (M, S).
-        exp_table: int32 [L], the softmax's exp table.
-        tensors: name -> int8 array (embed [vocab d], positions [ctx d], wq wk wv wo [d d],
-            w1 [d d_ff], w2 [d_ff d], eq [vocab d]).
-        meta: free-form notes from the file (how it was trained, its float accuracy, ...).
+    Equinox turns every bound method of a Module into a `BoundMethod` Module (a pytree, so that
+    `jax.jit(m.method)` works), built again on each attribute access: about 50-90 us, as long as
+    a compiled decode step. `Int8Model`'s methods are host-side wrappers that check concrete
+    values before they dispatch, so they cannot be traced anyway.
     """
 
-    dims: Mapping[str, int]
-    tokens: tuple[str, ...]
-    requant: Mapping[str, tuple[int, int]]
-    exp_table: np.ndarray
-    tensors: Mapping[str, np.ndarray]
-    meta: Mapping[str, Any]
-    _cache: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    def __init__(self, fn):
+        self.__func__ = fn
+        functools.update_wrapper(self, fn)
 
-    # -- loading and saving -------------------------------------------------------------------
+    def __get__(self, obj, cls=None):
+        return self.__func__ if obj is None else functools.partial(self.__func__, obj)
+
+
+class Int8Model(Model):
+    """A one-layer decoder-only transformer that runs on integers only, as an `sm.Model`.
+
+    Build one with `Int8Model.from_json(path_or_dict)` (validated; schema in docs/int8.md),
+    `Int8Model.random(seed)` or `sm.load(path, Int8Model)`. Every decode path gives the same
+    integers: `reference_step` (numpy), `decode_step` (JAX, optionally tensor parallel with
+    `tp=N`), `generate` (the whole trace in one compiled call) and `prompt_next_tokens`.
+
+    Attributes:
+        tokens: the string each token id spells (static); `tokenizer` converts text.
+        meta_json: free-form notes from the file, as JSON text (static); `meta` parses them.
+        embed, positions, wq, wk, wv, wo, w1, w2, eq: the int8 weights, in the dims below.
+        exp_table: int32 [E], the softmax's exp table.
+        requant_pairs: int32 [10 2]: row i is (M, S) of requant point `REQUANT_POINTS[i]`;
+            `requant` gives them by name.
+    """
+
+    dims = Dims(V=14, T=64, D=32, H=4, F=64, E=128, Dh="D // H")
+    tokens: tuple[str, ...] = static()
+    meta_json: str = static(default="{}")
+    embed: Int8[Array, "V D"] = buffer(zeros)
+    positions: Int8[Array, "T D"] = buffer(zeros)
+    # The head axis is spelled H*Dh: `_tp.py` splits every axis that reads H or F.
+    wq: Int8[Array, "D H*Dh"] = buffer(zeros)
+    wk: Int8[Array, "D H*Dh"] = buffer(zeros)
+    wv: Int8[Array, "D H*Dh"] = buffer(zeros)
+    wo: Int8[Array, "H*Dh D"] = buffer(zeros)
+    w1: Int8[Array, "D F"] = buffer(zeros)
+    w2: Int8[Array, "F D"] = buffer(zeros)
+    eq: Int8[Array, "V D"] = buffer(zeros)
+    exp_table: Int32[Array, " E"] = buffer(full(EXP_TABLE_MAX))
+    requant_pairs: Int32[Array, "10 2"] = buffer(ones)
+
+    def __check_init__(self):
+        _checks.check_model(self)
+
+    # -- the JSON file (import/export) -------------------------------------------------------
 
     @classmethod
     def from_json(cls, src: str | os.PathLike | Mapping[str, Any]) -> Int8Model:
         """Loads and validates a model file (a path, or the parsed JSON object).
 
         Raises:
-            Int8FileError (E1601) and the other E16xx errors, naming the bad field.
+            Int8FileError (E1601) and the other E16xx errors, naming the bad field;
+            FileMissingError (E1304) / FileFormatError (E1302) for a missing or non-text file.
         """
         if isinstance(src, Mapping):
-            obj = src
-        else:
-            with open(src, encoding="utf-8") as f:
-                obj = json.load(f)
-        return cls(**validate(obj))
+            return cls(**validate(src, cls))
+        text = read_text(src, fix="re-export it with `Int8Model.to_json(path)`")
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise Int8FileError(
+                f"`{src}` is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}",
+                fix="re-export it with `Int8Model.to_json(path)`; if it was copied, check the "
+                "copy finished",
+            ) from None
+        return cls(**validate(obj, cls))
 
+    @_host_method
     def to_dict(self) -> dict[str, Any]:
         """The model file as a JSON-ready object (`from_json(m.to_dict())` round-trips)."""
-        return {
-            "format": FORMAT,
-            "dims": dict(self.dims),
-            "tokens": list(self.tokens),
-            "requant": {k: [int(m), int(s)] for k, (m, s) in self.requant.items()},
-            "exp_table": [int(v) for v in self.exp_table],
-            "tensors": {k: self.tensors[k].reshape(-1).astype(int).tolist() for k in TENSORS},
-            "meta": dict(self.meta),
-        }
+        return to_dict(self)
 
+    @_host_method
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """The model file's text (compact JSON); with `path`, also written there atomically."""
+        text = json.dumps(to_dict(self), separators=(",", ":"))
+        if path is not None:
+            atomic_write(path, text.encode())
+        return text
+
+    @_host_method
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the model file atomically (temp file, fsync, rename)."""
-        atomic_write(path, json.dumps(self.to_dict(), separators=(",", ":")).encode())
+        """Deprecated alias of `to_json(path)`: writes the JSON model file atomically. (A
+        safetensors checkpoint is `sm.save(path, m)`.)"""
+        self.to_json(path)
 
     @classmethod
     def random(
@@ -111,32 +143,70 @@ class Int8Model:
     ) -> Int8Model:
         """A random valid model whose requant pairs keep activations spread over int8 (for tests
         and benchmarks; its tokens spell `t0`, `t1`, ...)."""
-        from ._random import random_model_dict
-
         return cls.from_json(
             random_model_dict(
-                seed, d=d, heads=heads, d_ff=d_ff, vocab=vocab, ctx=ctx, table_len=table_len
+                cls, seed, d=d, heads=heads, d_ff=d_ff, vocab=vocab, ctx=ctx, table_len=table_len
             )
         )
 
-    # -- sizes, text -------------------------------------------------------------------------
+    # -- sizes, names, text ------------------------------------------------------------------
 
-    d = property(lambda self: self.dims["d"])
-    heads = property(lambda self: self.dims["heads"])
-    d_ff = property(lambda self: self.dims["d_ff"])
-    vocab = property(lambda self: self.dims["vocab"])
-    ctx = property(lambda self: self.dims["ctx"])
+    d = property(lambda self: self.dims.D)
+    heads = property(lambda self: self.dims.H)
+    d_ff = property(lambda self: self.dims.F)
+    vocab = property(lambda self: self.dims.V)
+    ctx = property(lambda self: self.dims.T)
 
+    @property
+    def file_dims(self) -> dict[str, int]:
+        """The dims under the JSON file's names: d, heads, d_ff, vocab, ctx."""
+        return {k: self.dims[d] for k, d in FILE_DIMS.items()}
+
+    @property
+    def requant(self) -> dict[str, tuple[int, int]]:
+        """Requant point -> (M, S), from `requant_pairs`."""
+        pairs = np.asarray(self.requant_pairs).tolist()
+        return {n: (m, s) for n, (m, s) in zip(REQUANT_POINTS, pairs, strict=True)}
+
+    @property
+    def tensors(self) -> Mapping[str, np.ndarray]:
+        """Weight name -> its int8 array on the host (read-only views, in a read-only mapping)."""
+        return types.MappingProxyType(
+            {n: np.asarray(getattr(self, n)) for n in weight_names(type(self))}
+        )
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        """The file's free-form notes (a fresh dict: edit a copy, the model keeps its own)."""
+        return json.loads(self.meta_json)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Text to token ids and back (`Tokenizer(self.tokens)`)."""
+        return Tokenizer(self.tokens)
+
+    @_host_method
+    def encode(self, text: str) -> list[int]:
+        """Token ids of `text` (`tokenizer.encode`); raises Int8TokenError (E1608)."""
+        return self.tokenizer.encode(text)
+
+    @_host_method
+    def decode(self, ids: Sequence[int]) -> str:
+        """The text the token ids spell (`tokenizer.decode`)."""
+        return self.tokenizer.decode(ids)
+
+    @_host_method
     def bounds(self) -> dict[str, tuple[int, str]]:
         """Worst-case magnitude of each int32 accumulator, with its formula (all < 2**31)."""
         return accumulator_bounds(self.dims, int(self.exp_table[0]))
 
+    @_host_method
     def summary(self) -> str:
         """Shapes, requant pairs and overflow bounds, as `shapeml int8 check` prints them."""
+        table = np.asarray(self.exp_table)
         lines = [
-            "int8 transformer: " + ", ".join(f"{k}={v}" for k, v in self.dims.items()),
-            f"  exp table: {len(self.exp_table)} entries, {self.exp_table[0]} .. "
-            f"{self.exp_table[-1]}",
+            "int8 transformer: " + ", ".join(f"{k}={v}" for k, v in self.file_dims.items()),
+            f"  exp table: {len(table)} entries, {table[0]} .. {table[-1]}",
         ]
         lines += [f"  {n:10s} int8 {tuple(a.shape)}" for n, a in self.tensors.items()]
         lines += [
@@ -147,116 +217,27 @@ class Int8Model:
         lines += [f"    {n:30s} {b:>12d} = {f}" for n, (b, f) in self.bounds().items()]
         return "\n".join(lines)
 
-    def encode(self, text: str) -> list[int]:
-        """Token ids of `text`: one per character when every token is one character, otherwise
-        one per whitespace-separated word. Raises Int8TokenError on a piece no token spells."""
-        ids = {t: i for i, t in enumerate(self.tokens)}
-        pieces = list(text) if all(len(t) == 1 for t in self.tokens) else text.split()
-        out = []
-        for i, piece in enumerate(pieces):
-            if piece not in ids:
-                raise Int8TokenError(
-                    f"piece {i} of the prompt, {piece!r}, is not in the vocabulary",
-                    fix=f"use only these tokens: {''.join(self.tokens)!r}"
-                    if len(self.tokens) < 80
-                    else "see the model's `tokens`",
-                )
-            out.append(ids[piece])
-        return out
+    # -- the KV cache ------------------------------------------------------------------------
 
-    def decode(self, ids: Sequence[int]) -> str:
-        """The text the token ids spell."""
-        sep = "" if all(len(t) == 1 for t in self.tokens) else " "
-        return sep.join(self.tokens[int(i)] for i in ids)
-
-    # -- checks --------------------------------------------------------------------------------
-
-    def _check_tok(self, tok: Any, where: str) -> int:
-        t = int(tok)
-        if not 0 <= t < self.vocab:
-            raise Int8TokenError(
-                f"{where} = {t} is outside the vocabulary 0..{self.vocab - 1}",
-                fix=f"pass token ids in 0..{self.vocab - 1}",
-            )
-        return t
-
-    def _check_pos(self, pos: Any) -> int:
-        p = int(pos)
-        if not 0 <= p < self.ctx:
-            raise Int8PositionError(
-                f"pos = {p} is outside 0..{self.ctx - 1} (ctx = {self.ctx})",
-                fix=f"decode at most ctx = {self.ctx} positions",
-            )
-        return p
-
-    def _check_prompt(self, prompt: Sequence[int], n: int) -> list[int]:
-        prompt = [self._check_tok(t, f"prompt[{i}]") for i, t in enumerate(prompt)]
-        if not prompt:
-            raise Int8PromptError("the prompt is empty", fix="give at least one token")
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-            raise Int8PromptError(
-                f"n = {n!r} must be a non-negative integer", fix="ask for n >= 0 generated tokens"
-            )
-        if len(prompt) + n - 1 > self.ctx:
-            raise Int8PromptError(
-                f"a prompt of {len(prompt)} tokens plus n = {n} generated tokens feeds "
-                f"{len(prompt) + n - 1} tokens, more than ctx = {self.ctx}",
-                fix=f"keep len(prompt) + n - 1 <= {self.ctx}",
-            )
-        return prompt
-
-    def _check_cache(self, cache: Any) -> KVCache:
-        want = (1, 1, self.ctx, self.heads, self.d // self.heads)
-        if not isinstance(cache, KVCache):
-            raise Int8PositionError(
-                f"cache must be a shapeml.state.KVCache, got {type(cache).__name__}",
-                fix="start from model.init_cache()",
-            )
-        for name, a in (("k", cache.k), ("v", cache.v)):
-            if tuple(a.shape) != want or a.dtype != jnp.int8:
-                raise Int8PositionError(
-                    f"cache.{name} is {a.dtype}{tuple(a.shape)}, expected int8{want}",
-                    fix="start from model.init_cache()",
-                )
-        return cache
-
-    # -- decoding ------------------------------------------------------------------------------
-
+    @_host_method
     def init_cache(self) -> KVCache:
         """An empty KV cache (`shapeml.state.KVCache`, int8): k, v `[1 1 ctx heads d/heads]`,
         one layer, batch 1. Row `pos` of `cache_rows(cache)` is position pos's key/value."""
-        return new_cache(self.ctx, self.heads, self.d // self.heads)
+        return _cache.init_cache(self)
 
+    @_host_method
     def cache_rows(self, cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
         """The cache as the reference holds it: keys and values as int8 [ctx d] numpy arrays."""
-        cache = self._check_cache(cache)
-        k, v = jax.device_get((cache.k, cache.v))
-        return (np.asarray(k).reshape(self.ctx, self.d), np.asarray(v).reshape(self.ctx, self.d))
+        return _cache.cache_rows(self, cache)
 
+    @_host_method
     def cache_from_rows(self, k: np.ndarray, v: np.ndarray) -> KVCache:
         """A KVCache holding int8 [ctx d] key and value rows (e.g. the reference's)."""
-        shape = (1, 1, self.ctx, self.heads, self.d // self.heads)
-        rows = []
-        for name, x in (("k", k), ("v", v)):
-            x = np.asarray(x)
-            if x.shape != (self.ctx, self.d) or x.dtype != np.int8:
-                raise Int8PositionError(
-                    f"{name} rows are {x.dtype}{x.shape}, expected int8{(self.ctx, self.d)}",
-                    fix="pass the reference's k_cache / v_cache",
-                )
-            rows.append(jnp.asarray(x.reshape(shape)))
-        c = self.init_cache()
-        return eqx.tree_at(lambda c: (c.k, c.v), c, tuple(rows))
+        return _cache.cache_from_rows(self, k, v)
 
-    def _params(self) -> Int8Params:
-        if "params" not in self._cache:
-            t = self.tensors
-            self._cache["params"] = Int8Params(
-                *(jnp.asarray(t[n]) for n in Int8Params._fields[:-1]),
-                jnp.asarray(self.exp_table, jnp.int32),
-            )
-        return self._cache["params"]
+    # -- decoding: thin wrappers over the pure functions ---------------------------------------
 
+    @_host_method
     def reference_step(
         self, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray
     ) -> dict[str, np.ndarray]:
@@ -271,60 +252,25 @@ class Int8Model:
             name -> int64 array, including `logits` [vocab], `next`, and the updated `k_cache`,
             `v_cache` (int8 [ctx d]). Attention intermediates are [heads pos+1].
         """
-        tok, pos = self._check_tok(tok, "tok"), self._check_pos(pos)
-        return reference_step(
-            self.dims,
-            self.requant,
-            self.exp_table,
-            self.tensors,
-            tok,
-            pos,
-            np.asarray(k_cache),
-            np.asarray(v_cache),
-        )
+        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
+        return _reference.reference_step(self, tok, pos, k_cache, v_cache)
 
+    @_host_method
     def reference_generate(self, prompt: Sequence[int], n: int) -> tuple[list[int], list[int]]:
         """The numpy reference stepped token by token: `(generated, preds)` like `generate`."""
-        prompt = self._check_prompt(prompt, n)
-        kc = np.zeros((self.ctx, self.d), np.int8)
-        vc = np.zeros_like(kc)
-        seq, preds = list(prompt), []
-        for t in range(len(prompt) + n - 1):
-            r = reference_step(
-                self.dims, self.requant, self.exp_table, self.tensors, seq[t], t, kc, vc
-            )
-            kc, vc = r["k_cache"], r["v_cache"]
-            preds.append(int(r["next"]))
-            if t + 1 >= len(prompt):
-                seq.append(int(r["next"]))
-        return seq[len(prompt) :], preds
+        prompt = _checks.check_prompt(self, prompt, n)
+        return _reference.reference_generate(self, prompt, n)
 
-    def _step_fn(self, full: bool = False):
-        key = "step_full" if full else "step"
-        if key not in self._cache:
-
-            def f(p, tok, pos, cache):
-                r = step_body(p, tok, pos, cache, pairs=self.requant, heads=self.heads)
-                # the plain step returns only what the caller keeps: fewer output buffers
-                return r if full else (r["logits"], r["next"], r["cache"])
-
-            self._cache[key] = jax.jit(f)
-        return self._cache[key]
-
+    @_host_method
     def step_intermediates(self, tok: int, pos: int, cache: KVCache) -> dict[str, np.ndarray]:
         """The JAX step's intermediates, named and shaped as `reference_step`'s (masked attention
         columns cut off), for checking the two against each other."""
-        tok, pos = self._check_tok(tok, "tok"), self._check_pos(pos)
-        cache = self._check_cache(cache)
-        r = self._step_fn(full=True)(self._params(), np.int32(tok), np.int32(pos), cache)
-        r = jax.device_get(r)
-        del r["cache"]
-        for k in ("scores", "dist", "idx", "e", "p"):
-            r[k] = r[k][:, : pos + 1]
-        return {k: np.asarray(v) for k, v in r.items()}
+        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
+        return _programs.intermediates(self, tok, pos, _cache.check_cache(self, cache))
 
+    @_host_method
     def decode_step(
-        self, tok: int, pos: int, cache: KVCache, *, tp: int | None = None, reduce: str = "exact"
+        self, tok: int, pos: int, cache: KVCache, *, tp: int | None = None
     ) -> tuple[jax.Array, jax.Array, KVCache]:
         """One compiled decode step: `(tok, pos, cache) -> (logits, next, cache)`.
 
@@ -333,69 +279,26 @@ class Int8Model:
             pos: 0 <= pos < ctx; rows 0..pos-1 of the cache hold the earlier positions.
             cache: the KV cache (`init_cache()`, a `shapeml.state.KVCache`); not modified.
             tp: None runs unsplit; N splits over a mesh of N devices (`shard_map`, Megatron).
-            reduce: "exact" (the rule); "requant_first" requants partial sums before the
-                all-reduce, which is wrong: a negative control for tests, tp only.
 
         Returns:
             logits int32 [vocab], next int32 (the first maximal logit), the new cache.
         """
-        tok, pos = self._check_tok(tok, "tok"), self._check_pos(pos)
-        cache = self._check_cache(cache)
-        if tp is None:
-            return self._step_fn()(self._params(), np.int32(tok), np.int32(pos), cache)
-        fn, mesh = self._tp(tp, "step", reduce)
-        c = place_cache(mesh, cache)
-        return fn(self.tp_params(tp), np.int32(tok), np.int32(pos), c)
+        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
+        return _programs.step(self, tok, pos, _cache.check_cache(self, cache), tp=tp)
 
-    def _tp(self, tp: int, kind: str, reduce: str):
-        check_tp(tp, self.dims)
-        if reduce not in ("exact", "requant_first"):
-            raise ValueError(f"reduce must be 'exact' or 'requant_first', got {reduce!r}")
-        key = (kind, tp, reduce)
-        if key not in self._cache:
-            mesh = make_mesh(tp)
-            make = tp_step_fn if kind == "step" else tp_generate_fn
-            fn = make(mesh, self.requant, self.heads, self.init_cache(), reduce)
-            self._cache[key] = (fn, mesh)
-        return self._cache[key]
-
-    def tp_params(self, tp: int) -> Int8Params:
-        """The model's tables placed on a tp-device mesh as `tp_manifest(tp)` says (each a
-        `jax.Array` whose `.sharding` shows its split); placed once, then reused."""
-        key = ("params", tp)
-        if key not in self._cache:
-            _, mesh = self._tp(tp, "step", "exact")
-            self._cache[key], _ = place(mesh, self._params(), self.init_cache())
-        return self._cache[key]
-
-    def tp_manifest(self, tp: int) -> TpManifest:
-        """Where every tensor lives when the decode is split over tp devices."""
-        return manifest(self.dims, len(self.exp_table), tp)
-
-    def _run(self, prompt: list[int], steps: int, tp: int | None, reduce: str):
-        buf = np.zeros((self.ctx + 1,), np.int32)
-        buf[: len(prompt)] = prompt
-        # numpy arguments: jit transfers them with the call, no separate dispatches
-        args = (buf, np.int32(len(prompt)), np.int32(steps))
-        if tp is None:
-            if "generate" not in self._cache:
-                body = functools.partial(generate_loop, pairs=self.requant, heads=self.heads)
-                self._cache["generate"] = jax.jit(body)
-            return self._cache["generate"](self._params(), *args)
-        fn, _ = self._tp(tp, "generate", reduce)
-        return fn(self.tp_params(tp), *args)
-
+    @_host_method
     def generate_arrays(
-        self, prompt: Sequence[int], n: int, *, tp: int | None = None, reduce: str = "exact"
+        self, prompt: Sequence[int], n: int, *, tp: int | None = None
     ) -> tuple[jax.Array, jax.Array, KVCache]:
         """`generate` without leaving the device: `(buf, preds, cache)` as device arrays.
 
         buf int32 [ctx+1] holds prompt then generated tokens; preds int32 [ctx] the `next` of
         each fed position (0 past the trace); cache the final KV cache. One compiled call.
         """
-        prompt = self._check_prompt(prompt, n)
-        return self._run(prompt, len(prompt) + n - 1, tp, reduce)
+        prompt = _checks.check_prompt(self, prompt, n)
+        return _programs.generate(self, prompt, len(prompt) + n - 1, tp=tp)
 
+    @_host_method
     def generate(self, prompt: Sequence[int], n: int, *, tp: int | None = None) -> list[int]:
         """The n tokens greedy decoding appends to `prompt`, the whole trace in one compiled call
         (a `lax` loop over positions, the cache carried on device).
@@ -405,12 +308,27 @@ class Int8Model:
             Int8PromptError: an empty prompt, or len(prompt) + n - 1 > ctx.
         """
         buf, _, _ = self.generate_arrays(prompt, n, tp=tp)
-        buf = np.asarray(buf)
-        return [int(t) for t in buf[len(prompt) : len(prompt) + n]]
+        start = len(prompt)
+        return np.asarray(buf)[start : start + n].tolist()
 
+    @_host_method
     def prompt_next_tokens(self, prompt: Sequence[int], *, tp: int | None = None) -> list[int]:
         """The next token each step over `prompt` predicts (len(prompt) ids; the last is the first
         token `generate` would append)."""
-        prompt = self._check_prompt(prompt, 1)
-        _, preds, _ = self._run(prompt, len(prompt), tp, "exact")
-        return [int(t) for t in np.asarray(preds)[: len(prompt)]]
+        prompt = _checks.check_prompt(self, prompt, 1)
+        _, preds, _ = _programs.generate(self, prompt, len(prompt), tp=tp)
+        return np.asarray(preds)[: len(prompt)].tolist()
+
+    # -- tensor parallel ----------------------------------------------------------------------
+
+    @_host_method
+    def tp_manifest(self, tp: int) -> _tp.TpManifest:
+        """Where every tensor lives when the decode is split over tp devices."""
+        return _tp.manifest(self, tp)
+
+    @_host_method
+    def tp_params(self, tp: int) -> Int8Model:
+        """This model with every table placed on a tp-device mesh as `tp_manifest(tp)` says (each
+        a `jax.Array` whose `.sharding` shows its split). Decoding the placed model with the same
+        `tp` skips the per-call placement."""
+        return _tp.place(self, _tp.mesh(self, tp))

@@ -8,19 +8,22 @@ from typing import Any
 import numpy as np
 
 from ._numerics import exp_table, requant_pair
-from ._schema import FORMAT, TENSORS
+from ._schema import FILE_DIMS, FORMAT, weight_names
 
 __all__ = ["random_model_dict"]
 
 
 def random_model_dict(
-    seed: int, *, d: int, heads: int, d_ff: int, vocab: int, ctx: int, table_len: int = 64
+    cls, seed: int, *, d: int, heads: int, d_ff: int, vocab: int, ctx: int, table_len: int = 64
 ) -> dict[str, Any]:
-    """A model file (as a dict) with uniform random int8 weights and requant pairs that map a
-    typical accumulator to a spread int8 output (some saturation included, on purpose)."""
+    """A model file (as a dict) for the model class `cls`, with uniform random int8 weights and
+    requant pairs that map a typical accumulator to a spread int8 output (some saturation
+    included, on purpose)."""
     rng = np.random.default_rng(seed)
     dims = {"d": d, "heads": heads, "d_ff": d_ff, "vocab": vocab, "ctx": ctx}
-    shapes = {n: tuple(dims[k] for k in ks) for n, ks in TENSORS.items()}
+    model_dims = cls.dims.resolve(**{FILE_DIMS[k]: v for k, v in dims.items()}, E=table_len)
+    specs = cls.__shapeml_fields__
+    shapes = {n: specs[n].shape_in(model_dims) for n in weight_names(cls)}
     tensors = {n: rng.integers(-128, 128, size=s) for n, s in shapes.items()}
     tensors["embed"] = rng.integers(-64, 64, size=shapes["embed"])
     tensors["positions"] = rng.integers(-64, 64, size=shapes["positions"])

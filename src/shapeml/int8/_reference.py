@@ -7,36 +7,26 @@ intermediate can wrap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Sequence
 
+import jax
 import numpy as np
 
 from ._numerics import requant
 
-__all__ = ["reference_step"]
+__all__ = ["reference_generate", "reference_step"]
 
 
 def reference_step(
-    dims: Mapping[str, int],
-    pairs: Mapping[str, tuple[int, int]],
-    table: np.ndarray,
-    t: Mapping[str, np.ndarray],
-    tok: int,
-    pos: int,
-    k_cache: np.ndarray,
-    v_cache: np.ndarray,
+    m, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray
 ) -> dict[str, np.ndarray]:
     """One decode step on the host.
 
     Args:
-        dims: the model's dims (d, heads, d_ff, vocab, ctx).
-        pairs: requant point -> (M, S).
-        table: int32 [L], the exp table.
-        t: tensor name -> int8 array (embed [vocab d], positions [ctx d], wq..wo [d d],
-            w1 [d d_ff], w2 [d_ff d], eq [vocab d]).
-        tok: the token fed at this position, 0 <= tok < vocab (checked by the caller).
-        pos: its position, 0 <= pos < ctx (checked by the caller).
-        k_cache, v_cache: int8 [ctx d]; rows 0..pos-1 hold the earlier positions' keys/values.
+        m: the model (`Int8Model`; its tables on the host or on a device).
+        tok: the token fed at this position, 0 <= tok < V (checked by the caller).
+        pos: its position, 0 <= pos < T (checked by the caller).
+        k_cache, v_cache: int8 [T D]; rows 0..pos-1 hold the earlier positions' keys/values.
             Not modified.
 
     Returns:
@@ -44,19 +34,20 @@ def reference_step(
         caches `k_cache`, `v_cache` (copies with row `pos` written). Attention intermediates have
         shape [heads, pos + 1]: masked positions are not part of the computation.
     """
-    H = dims["heads"]
-    dh = dims["d"] // H
+    H, dh = m.dims.H, m.dims.Dh
     i64 = lambda a: np.asarray(a, dtype=np.int64)
+    table = np.asarray(m.exp_table)
     L = len(table)
+    pairs = m.requant
     r: dict[str, np.ndarray] = {}
 
     def rq(x, name):
         return i64(requant(x, *pairs[name]))
 
-    x0 = np.clip(i64(t["embed"][tok]) + i64(t["positions"][pos]), -128, 127)
+    x0 = np.clip(i64(np.asarray(m.embed)[tok]) + i64(np.asarray(m.positions)[pos]), -128, 127)
     r["x0"] = x0
     for n in ("q", "k", "v"):
-        r[f"{n}_acc"] = x0 @ i64(t[f"w{n}"])
+        r[f"{n}_acc"] = x0 @ i64(getattr(m, f"w{n}"))
         r[n] = rq(r[f"{n}_acc"], n)
     kc = np.array(k_cache, dtype=np.int8, copy=True)
     vc = np.array(v_cache, dtype=np.int8, copy=True)
@@ -74,17 +65,41 @@ def reference_step(
     r.update(scores=scores, dist=dist, idx=idx, e=e, z=z[:, 0], p=p)
     r["attn_acc"] = np.einsum("hj,jhi->hi", p, V).reshape(-1)
     r["attn"] = rq(r["attn_acc"], "attn")
-    r["wo_acc"] = r["attn"] @ i64(t["wo"])
+    r["wo_acc"] = r["attn"] @ i64(m.wo)
     r["wo"] = rq(r["wo_acc"], "wo")
     r["res1"] = rq(x0, "res1")  # the stream, rescaled to x1's scale
     r["x1"] = np.clip(r["res1"] + r["wo"], -128, 127)
-    r["w1_acc"] = r["x1"] @ i64(t["w1"])
+    r["w1_acc"] = r["x1"] @ i64(m.w1)
     r["h"] = np.maximum(rq(r["w1_acc"], "w1"), 0)
-    r["w2_acc"] = r["h"] @ i64(t["w2"])
+    r["w2_acc"] = r["h"] @ i64(m.w2)
     r["w2"] = rq(r["w2_acc"], "w2")
     r["res2"] = rq(r["x1"], "res2")
     r["x2"] = np.clip(r["res2"] + r["w2"], -128, 127)
-    r["logits"] = i64(t["eq"]) @ r["x2"]
+    r["logits"] = i64(m.eq) @ r["x2"]
     r["next"] = np.int64(np.argmax(r["logits"]))
     r["k_cache"], r["v_cache"] = kc, vc
     return r
+
+
+def reference_generate(m, prompt: Sequence[int], n: int) -> tuple[list[int], list[int]]:
+    """Greedy decoding with the reference, one step per fed token.
+
+    Args:
+        m: the model.
+        prompt: token ids (checked by the caller: 1 <= len, len + n - 1 <= T).
+        n: how many tokens to generate.
+
+    Returns:
+        `(generated, preds)`: the n generated ids, and the `next` of every fed position.
+    """
+    m = jax.device_get(m)  # one copy of the tables to the host, not one per step
+    kc = np.zeros((m.dims.T, m.dims.D), np.int8)
+    vc = np.zeros_like(kc)
+    seq, preds = list(prompt), []
+    for t in range(len(prompt) + n - 1):
+        r = reference_step(m, seq[t], t, kc, vc)
+        kc, vc = r["k_cache"], r["v_cache"]
+        preds.append(int(r["next"]))
+        if t + 1 >= len(prompt):
+            seq.append(int(r["next"]))
+    return seq[len(prompt) :], preds

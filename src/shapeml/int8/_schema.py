@@ -1,13 +1,16 @@
-"""The JSON model file of an int8 transformer: its schema, its validation, its overflow bounds.
+"""The JSON model file of an int8 transformer (its import/export format): validation, export and
+the overflow bounds.
 
-Validation runs in an order that never allocates what it has not sized: the keys, then the dims,
-then the exp table, then the int32 accumulator bounds the dims imply, then the size caps, and only
-then the tensors (their lengths before their values). Every failure names the field.
+The file's tensors are the model's int8 fields (`Int8Model`'s declarations, passed in as `cls`):
+their names, order and shapes come from there. Validation runs in an order that never allocates
+what it has not sized: the keys, then the dims, then the exp table, then the int32 accumulator
+bounds the dims imply, then the size caps, and only then the tensors (their lengths before their
+values). Every failure names the field.
 """
 
 from __future__ import annotations
 
-import types
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,63 +26,38 @@ from ._errors import (
     Int8SizeError,
     Int8ValueError,
 )
-from ._numerics import EXP_TABLE_MAX, MAX_MULTIPLIER, MAX_SHIFT
+from ._numerics import (
+    EXP_TABLE_MAX,
+    INT32_MAX,
+    MAX_MULTIPLIER,
+    MAX_SHIFT,
+    REQUANT_POINTS,
+    accumulator_bounds,
+)
 
 __all__ = [
-    "DIMS",
+    "FILE_DIMS",
     "FORMAT",
-    "REQUANT_POINTS",
-    "TENSORS",
-    "accumulator_bounds",
-    "tensor_shape",
+    "check_exp_table",
+    "check_requant",
+    "to_dict",
     "validate",
+    "weight_names",
 ]
 
 FORMAT = "shapeml.int8.v1"
-DIMS = ("d", "heads", "d_ff", "vocab", "ctx")
-# In the order the decode step applies them (docs/int8.md).
-REQUANT_POINTS = ("q", "k", "v", "score", "attn", "wo", "res1", "w1", "w2", "res2")
-# name -> shape in dim names; every tensor is stored flat, row-major.
-TENSORS = {
-    "embed": ("vocab", "d"),
-    "positions": ("ctx", "d"),
-    "wq": ("d", "d"),
-    "wk": ("d", "d"),
-    "wv": ("d", "d"),
-    "wo": ("d", "d"),
-    "w1": ("d", "d_ff"),
-    "w2": ("d_ff", "d"),
-    "eq": ("vocab", "d"),
-}
+# The file's `dims` keys, in the file's order, and the model dim each one sets.
+FILE_DIMS = {"d": "D", "heads": "H", "d_ff": "F", "vocab": "V", "ctx": "T"}
 _REQUIRED = ("format", "dims", "tokens", "requant", "exp_table", "tensors")
 _OPTIONAL = ("meta",)
-INT32_MAX = 2**31 - 1
 # Caps on sizes, so that a corrupt file is refused before anything of its size is allocated.
 _CAPS = {"d": 8192, "heads": 8192, "d_ff": 8192, "vocab": 65536, "ctx": 8192}
 _MAX_WEIGHTS = 2**26
 
 
-def tensor_shape(name: str, dims: Mapping[str, int]) -> tuple[int, ...]:
-    """The shape of tensor `name` for these dims, e.g. `("d", "d_ff") -> (32, 64)`."""
-    return tuple(dims[n] for n in TENSORS[name])
-
-
-def accumulator_bounds(dims: Mapping[str, int], table0: int) -> dict[str, tuple[int, str]]:
-    """Worst-case magnitude of every int32 accumulator of the decode step, with its formula.
-
-    Activations are int8 (|a| <= 128), attention weights and ReLU outputs lie in [0, 127].
-    """
-    d, dh, d_ff, ctx = dims["d"], dims["d"] // dims["heads"], dims["d_ff"], dims["ctx"]
-    return {
-        "q/k/v (x @ Wq|Wk|Wv)": (d * 128 * 128, "d * 128 * 128"),
-        "score distance (max - score)": (2 * dh * 128 * 128, "2 * (d / heads) * 128 * 128"),
-        "softmax (254 * e + sum e)": ((254 + ctx) * table0, "(254 + ctx) * exp_table[0]"),
-        "attention (p @ V)": (ctx * 127 * 128, "ctx * 127 * 128"),
-        "wo (a @ Wo)": (d * 128 * 128, "d * 128 * 128"),
-        "w1 (x @ W1)": (d * 128 * 128, "d * 128 * 128"),
-        "w2 (h @ W2)": (d_ff * 127 * 128, "d_ff * 127 * 128"),
-        "logits (x @ Eq^T)": (d * 128 * 128, "d * 128 * 128"),
-    }
+def weight_names(cls) -> tuple[str, ...]:
+    """The file's `tensors`: every int8 field of the model class, in declaration order."""
+    return tuple(n for n, s in cls.__shapeml_fields__.items() if s.dtype == np.int8)
 
 
 def _keys(obj: Any, where: str, required, optional=()) -> None:
@@ -114,9 +92,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _dims(obj: Any) -> dict[str, int]:
-    _keys(obj, "dims", DIMS)
+    _keys(obj, "dims", tuple(FILE_DIMS))
     dims = {}
-    for k in DIMS:
+    for k in FILE_DIMS:
         v = obj[k]
         if not _is_int(v) or v < 1:
             raise Int8SizeError(
@@ -132,7 +110,8 @@ def _dims(obj: Any) -> dict[str, int]:
     return dims
 
 
-def _exp_table(obj: Any) -> np.ndarray:
+def check_exp_table(obj: Any) -> np.ndarray:
+    """The exp table as int32 [L], or the E1601/E1604 error naming the bad entry."""
     if not isinstance(obj, list):
         raise Int8FileError(
             f"`exp_table` must be a list of integers, got {type(obj).__name__}",
@@ -162,8 +141,8 @@ def _exp_table(obj: Any) -> np.ndarray:
     return np.asarray(obj, dtype=np.int32)
 
 
-def _check_sizes(dims: dict[str, int], table0: int) -> None:
-    for name, (bound, formula) in accumulator_bounds(dims, table0).items():
+def _check_sizes(cls, dims: dict[str, int], table0: int) -> None:
+    for name, (bound, formula) in accumulator_bounds(_model_dims(cls, dims, 1), table0).items():
         if bound > INT32_MAX:
             raise Int8AccumulatorError(
                 f"the {name} accumulator can reach {formula} = {bound}, above int32's {INT32_MAX}"
@@ -176,7 +155,9 @@ def _check_sizes(dims: dict[str, int], table0: int) -> None:
                 f"`dims.{k}` = {dims[k]} exceeds the limit {cap}",
                 fix=f"int8 models are small: keep {k} <= {cap}",
             )
-    total = sum(int(np.prod(tensor_shape(n, dims))) for n in TENSORS)
+    model_dims = _model_dims(cls, dims, 1)
+    specs = cls.__shapeml_fields__
+    total = sum(int(np.prod(specs[n].shape_in(model_dims))) for n in weight_names(cls))
     if total > _MAX_WEIGHTS:
         raise Int8SizeError(
             f"the dims {dims} imply {total} weights, above the limit {_MAX_WEIGHTS}",
@@ -204,7 +185,8 @@ def _tokens(obj: Any, vocab: int) -> tuple[str, ...]:
     return tuple(obj)
 
 
-def _requant(obj: Any) -> dict[str, tuple[int, int]]:
+def check_requant(obj: Any) -> dict[str, tuple[int, int]]:
+    """The requant pairs, point -> (M, S), or the E1601/E1605 error naming the bad pair."""
     _keys(obj, "requant", REQUANT_POINTS)
     pairs = {}
     for name in REQUANT_POINTS:
@@ -229,7 +211,7 @@ def _requant(obj: Any) -> dict[str, tuple[int, int]]:
     return pairs
 
 
-def _tensor(name: str, obj: Any, shape: tuple[int, ...]) -> np.ndarray:
+def _tensor(name: str, obj: Any, shape: tuple[int, ...], dims: str) -> np.ndarray:
     where = f"tensors.{name}"
     if not isinstance(obj, list):
         raise Int8FileError(
@@ -238,9 +220,8 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...]) -> np.ndarray:
         )
     want = int(np.prod(shape))
     if len(obj) != want:
-        dims = " x ".join(TENSORS[name])
         raise Int8ShapeError(
-            f"`{where}` holds {len(obj)} values, but its shape {dims} = {shape} needs {want}",
+            f"`{where}` holds {len(obj)} values, but its shape [{dims}] = {shape} needs {want}",
             fix=f"export `{name}` flattened row-major with {want} values",
         )
     arr = np.asarray(obj)
@@ -261,12 +242,21 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...]) -> np.ndarray:
     return arr.astype(np.int8).reshape(shape)
 
 
-def validate(obj: Any) -> dict[str, Any]:
-    """Checks a parsed model file and returns its parts as validated numpy arrays and ints.
+def _model_dims(cls, dims: Mapping[str, int], table_len: int):
+    """The model's `sm.Dims` for the file's dims and exp-table length."""
+    return cls.dims.resolve(**{FILE_DIMS[k]: v for k, v in dims.items()}, E=table_len)
+
+
+def validate(obj: Any, cls) -> dict[str, Any]:
+    """Checks a parsed model file and returns the keyword arguments that build the model.
+
+    Args:
+        obj: the parsed JSON object.
+        cls: the model class (`Int8Model`); its int8 fields are the file's tensors.
 
     Returns:
-        dict with `dims` (name -> int), `tokens`, `requant` (name -> (M, S)), `exp_table` (int32
-        [L]), `tensors` (name -> int8 array of its shape) and `meta`.
+        `dims`, `tokens`, `meta_json` and every field's array (int8 weights of their declared
+        shapes, the int32 exp table [E] and requant pairs [10 2]).
 
     Raises:
         Int8FileError, Int8SizeError, Int8ExpTableError, Int8AccumulatorError, Int8ShapeError,
@@ -279,25 +269,60 @@ def validate(obj: Any) -> dict[str, Any]:
             fix=f'set "format": "{FORMAT}" (or re-export the model)',
         )
     dims = _dims(obj["dims"])
-    table = _exp_table(obj["exp_table"])
-    _check_sizes(dims, int(table[0]))
+    table = check_exp_table(obj["exp_table"])
+    _check_sizes(cls, dims, int(table[0]))
     tokens = _tokens(obj["tokens"], dims["vocab"])
-    requant = _requant(obj["requant"])
-    _keys(obj["tensors"], "tensors", tuple(TENSORS))
-    tensors = {n: _tensor(n, obj["tensors"][n], tensor_shape(n, dims)) for n in TENSORS}
-    meta = obj.get("meta", {})
+    requant = check_requant(obj["requant"])
+    names = weight_names(cls)
+    _keys(obj["tensors"], "tensors", names)
+    model_dims = _model_dims(cls, dims, len(table))
+    specs = cls.__shapeml_fields__
+    tensors = {
+        n: _tensor(n, obj["tensors"][n], specs[n].shape_in(model_dims), specs[n].shape_str)
+        for n in names
+    }
+    pairs = np.asarray([requant[n] for n in REQUANT_POINTS], np.int32)
+    return dict(
+        tensors,
+        dims=model_dims,
+        tokens=tokens,
+        meta_json=_meta_json(obj.get("meta", {})),
+        exp_table=table,
+        requant_pairs=pairs,
+    )
+
+
+def _meta_json(meta: Any) -> str:
     if not isinstance(meta, Mapping):
         raise Int8FileError(
             f"`meta` must be a JSON object, got {type(meta).__name__}",
             fix="write `meta` as an object (free-form notes) or leave it out",
         )
-    for arr in (table, *tensors.values()):
-        arr.setflags(write=False)  # the compiled paths cache these: they must never change
+    try:
+        return json.dumps(dict(meta))
+    except (TypeError, ValueError) as e:
+        raise Int8FileError(
+            f"`meta` holds a value JSON cannot write ({e})",
+            fix="keep `meta` to JSON values: objects, lists, strings, numbers, bools, null",
+        ) from None
+
+
+def to_dict(m) -> dict[str, Any]:
+    """The model file of `m` as a JSON-ready object (`validate(to_dict(m), cls)` round-trips).
+
+    Keys come in the file's order: format, dims (d, heads, d_ff, vocab, ctx), tokens, requant
+    (in `REQUANT_POINTS` order), exp_table, tensors (in field order, flat row-major), meta.
+    """
+    pairs = np.asarray(m.requant_pairs)
     return {
-        "dims": dims,
-        "tokens": tokens,
-        "requant": requant,
-        "exp_table": table,
-        "tensors": types.MappingProxyType(tensors),
-        "meta": dict(meta),
+        "format": FORMAT,
+        "dims": {k: int(m.dims[d]) for k, d in FILE_DIMS.items()},
+        "tokens": list(m.tokens),
+        "requant": {n: [int(p[0]), int(p[1])] for n, p in zip(REQUANT_POINTS, pairs, strict=True)},
+        "exp_table": np.asarray(m.exp_table).astype(int).tolist(),
+        "tensors": {
+            n: np.asarray(getattr(m, n)).reshape(-1).astype(int).tolist()
+            for n in weight_names(type(m))
+        },
+        "meta": json.loads(m.meta_json),
     }

@@ -1,15 +1,17 @@
 """Tensor-parallel decode, Megatron's split, on JAX's engine (`Mesh` + `shard_map`), and its manifest.
 
-Device c of a tp-device mesh owns heads c*H/tp .. (c+1)*H/tp: its columns of Wq, Wk, Wv and of
-the KV cache, the matching rows of Wo, FFN columns c*d_ff/tp .. of W1 and the same rows of W2, and
-its own copy of the exp table. The output projections (Wo, W2) leave int32 partial sums that are
-all-reduced (`psum`) *before* their requant, so the result is the unsplit step bit for bit. The
-embedding, the positional table, the residual stream and the head (Eq) are replicated.
+The split is read from the model's field declarations: every axis that reads the heads dim H or
+the FFN dim F is split over the devices, everything else is replicated. So device c of a
+tp-device mesh owns heads c*H/tp .. (c+1)*H/tp (its columns of Wq, Wk, Wv, `[D H*Dh]`, and of the
+KV cache, and the matching rows of Wo, `[H*Dh D]`), and FFN columns c*F/tp .. of W1 with the same
+rows of W2. The row-split projections (Wo, W2) leave int32 partial sums that `project`
+all-reduces (`psum`) *before* their requant, so the result is the unsplit step bit for bit.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 
 import jax
@@ -18,51 +20,27 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from ..state import KVCache
-from ._decode import Int8Params, generate_loop, step_body
+from ._cache import init_cache
+from ._decode import Projection, generate_loop, project, step
 from ._errors import Int8TensorParallelError
 
 __all__ = [
+    "AXIS",
     "TensorPlacement",
     "TpManifest",
     "check_tp",
-    "place_cache",
     "make_mesh",
     "manifest",
-    "param_specs",
-    "tp_generate_fn",
-    "tp_step_fn",
+    "mesh",
+    "place",
+    "specs",
+    "tp_generate",
+    "tp_step",
 ]
 
 AXIS = "tp"
-# None: replicated; 0 / 1: split along rows / columns.
-_SPLIT = {
-    "embed": None,
-    "positions": None,
-    "wq": 1,
-    "wk": 1,
-    "wv": 1,
-    "wo": 0,
-    "w1": 1,
-    "w2": 0,
-    "eq": None,
-    "exp_table": None,
-    "k_cache": 3,
-    "v_cache": 3,
-}
-_ROLE = {
-    "embed": "replicated spine: token embedding",
-    "positions": "replicated spine: positional table",
-    "wq": "columns of this device's heads",
-    "wk": "columns of this device's heads",
-    "wv": "columns of this device's heads",
-    "wo": "rows of this device's heads; int32 partial sum psum'ed before requant `wo`",
-    "w1": "this device's FFN columns",
-    "w2": "rows of this device's FFN columns; int32 partial sum psum'ed before requant `w2`",
-    "eq": "replicated spine: the head (logits = x @ Eq^T)",
-    "exp_table": "replicated: each device holds its own copy",
-    "k_cache": "KVCache [layer batch ctx heads dh]: this device's heads",
-    "v_cache": "KVCache [layer batch ctx heads dh]: this device's heads",
-}
+_SPLIT_DIMS = {"H": "heads", "F": "FFN columns"}  # dim -> what a device owns a share of
+_CACHE_HEADS_AXIS = 3  # KVCache arrays are [layers batch ctx heads head_dim]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,7 +63,7 @@ class TpManifest:
     heads_per_device: int
     d_ff_per_device: int
     tensors: Mapping[str, TensorPlacement]
-    all_reduce: tuple[str, ...] = ("psum(wo_acc) then requant wo", "psum(w2_acc) then requant w2")
+    all_reduce: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         lines = [
@@ -98,9 +76,37 @@ class TpManifest:
                 if t.split_axis is None
                 else "; ".join(f"dev{c}[{a}:{b}]" for c, (a, b) in enumerate(t.slices))
             )
-            lines.append(f"  {t.name:10s} {str(t.shape):14s} {t.spec:18s} {where}  ({t.role})")
+            lines.append(f"  {t.name:13s} {str(t.shape):14s} {t.spec:18s} {where}  ({t.role})")
         lines += [f"  all-reduce: {a}" for a in self.all_reduce]
         return "\n".join(lines)
+
+
+def _split(shape: tuple[int | str, ...]) -> tuple[int | None, str]:
+    """The axis of a declared shape to split (the first that reads H or F) and what it holds."""
+    for i, tok in enumerate(shape):
+        names = set(re.findall(r"[A-Za-z_]\w*", str(tok)))
+        for dim, what in _SPLIT_DIMS.items():
+            if dim in names:
+                return i, what
+    return None, ""
+
+
+def _field_splits(cls) -> dict[str, tuple[int | None, str]]:
+    return {n: _split(s.shape) for n, s in cls.__shapeml_fields__.items()}
+
+
+def _pspec(ndim: int, axis: int | None) -> P:
+    return P() if axis is None else P(*(AXIS if i == axis else None for i in range(ndim)))
+
+
+def specs(tree):
+    """The `PartitionSpec` of every leaf of a model or a KVCache, paired with its field by name."""
+    if isinstance(tree, KVCache):
+        return jax.tree.map(lambda a: _pspec(a.ndim, _CACHE_HEADS_AXIS), tree)
+    splits = _field_splits(type(tree))
+    return jax.tree_util.tree_map_with_path(
+        lambda path, a: _pspec(np.ndim(a), splits[path[0].name][0]), tree
+    )
 
 
 def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
@@ -110,12 +116,12 @@ def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
             f"tp must be a positive integer, got {tp!r}",
             fix="pass tp=1, 2, 4, ... (a divisor of heads and d_ff)",
         )
-    for name in ("heads", "d_ff"):
-        if dims[name] % tp:
+    for name, dim in (("heads", "H"), ("d_ff", "F")):
+        if dims[dim] % tp:
             raise Int8TensorParallelError(
-                f"tp={tp} does not divide {name}={dims[name]}",
-                fix=f"choose tp among the common divisors of heads={dims['heads']} and "
-                f"d_ff={dims['d_ff']}",
+                f"tp={tp} does not divide {name}={dims[dim]}",
+                fix=f"choose tp among the common divisors of heads={dims['H']} and "
+                f"d_ff={dims['F']}",
             )
     if devices and len(jax.devices()) < tp:
         raise Int8TensorParallelError(
@@ -125,98 +131,84 @@ def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
         )
 
 
-def manifest(dims: Mapping[str, int], table_len: int, tp: int) -> TpManifest:
-    """The placement of every tensor for a tp-way split (checks tp against heads and d_ff)."""
-    check_tp(tp, dims, devices=False)
-    d, f, v, c = dims["d"], dims["d_ff"], dims["vocab"], dims["ctx"]
-    shapes = {
-        "embed": (v, d),
-        "positions": (c, d),
-        "wq": (d, d),
-        "wk": (d, d),
-        "wv": (d, d),
-        "wo": (d, d),
-        "w1": (d, f),
-        "w2": (f, d),
-        "eq": (v, d),
-        "exp_table": (table_len,),
-        "k_cache": (1, 1, c, dims["heads"], d // dims["heads"]),
-        "v_cache": (1, 1, c, dims["heads"], d // dims["heads"]),
-    }
-    out = {}
-    for name, shape in shapes.items():
-        ax = _SPLIT[name]
+def make_mesh(tp: int) -> Mesh:
+    """A one-axis mesh (`"tp"`) over the first tp devices."""
+    return Mesh(np.asarray(jax.devices()[:tp]), (AXIS,))
+
+
+def mesh(m, tp: int) -> Mesh:
+    """The mesh of a tp-way split of `m`, after checking tp (Int8TensorParallelError, E1611)."""
+    check_tp(tp, m.dims)
+    return make_mesh(tp)
+
+
+def place(tree, mesh: Mesh):
+    """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so)."""
+
+    def put(x, spec):
+        sharding = NamedSharding(mesh, spec)
+        # device_put costs ~50 us per leaf even when nothing moves: skip placed leaves.
+        return x if getattr(x, "sharding", None) == sharding else jax.device_put(x, sharding)
+
+    return jax.tree.map(put, tree, specs(tree))
+
+
+def manifest(m, tp: int) -> TpManifest:
+    """The placement of every tensor of `m` (its fields, then the KV cache) for a tp-way split."""
+    check_tp(tp, m.dims, devices=False)
+    out, reduced = {}, []
+    shapes = {n: s.shape_in(m.dims) for n, s in type(m).__shapeml_fields__.items()}
+    cache_shape = (1, 1, m.dims.T, m.dims.H, m.dims.Dh)
+    entries = [(n, shapes[n], *_split(s.shape)) for n, s in type(m).__shapeml_fields__.items()]
+    entries += [(n, cache_shape, _CACHE_HEADS_AXIS, "heads") for n in ("k_cache", "v_cache")]
+    for name, shape, ax, what in entries:
         if ax is None:
-            spec, slices = "P()", ()
+            spec, slices, role = "P()", (), "replicated: each device holds all of it"
         else:
             n = shape[ax] // tp
             spec = "P(" + ", ".join("'tp'" if i == ax else "None" for i in range(len(shape))) + ")"
             slices = tuple((i * n, (i + 1) * n) for i in range(tp))
-        out[name] = TensorPlacement(name, shape, ax, spec, slices, _ROLE[name])
-    return TpManifest(tp, dims["heads"] // tp, f // tp, out)
+            if name.endswith("_cache"):
+                role = "KVCache [layer batch ctx heads dh]: this device's heads"
+            elif ax == 0:  # rows: this device's share of a contraction, a partial sum
+                role = f"rows of this device's {what}; int32 partial sum psum'ed before requant `{name}`"
+                reduced.append(f"psum({name}_acc) then requant {name}")
+            else:
+                role = f"this device's {what}"
+        out[name] = TensorPlacement(name, shape, ax, spec, slices, role)
+    return TpManifest(tp, m.dims.H // tp, m.dims.F // tp, out, tuple(reduced))
 
 
-def _spec(name: str) -> P:
-    ax = _SPLIT[name]
-    return P() if ax is None else P(*(AXIS if i == ax else None for i in range(2)))
+def tp_step(mesh: Mesh, *, project: Projection = project):
+    """`(model, tok, pos, cache) -> (logits, next, cache)`, the step split over `mesh`, to jit
+    (model and cache placed as `place` does); `project` as for `step`."""
 
-
-def param_specs() -> Int8Params:
-    return Int8Params(*(_spec(n) for n in Int8Params._fields))
-
-
-def cache_specs(cache: KVCache) -> KVCache:
-    # KVCache's arrays are [layer batch ctx heads dh]: split the heads axis.
-    return jax.tree.map(
-        lambda _: P(*(AXIS if i == _SPLIT["k_cache"] else None for i in range(5))), cache
-    )
-
-
-def make_mesh(tp: int) -> Mesh:
-    return Mesh(np.asarray(jax.devices()[:tp]), (AXIS,))
-
-
-def place(mesh: Mesh, params: Int8Params, cache: KVCache) -> tuple[Int8Params, KVCache]:
-    """Puts each table and cache slice on its device, as the manifest says."""
-    put = lambda x, s: jax.device_put(x, NamedSharding(mesh, s))
-    return (
-        Int8Params(*map(put, params, param_specs())),
-        jax.tree.map(put, cache, cache_specs(cache)),
-    )
-
-
-def place_cache(mesh: Mesh, cache: KVCache) -> KVCache:
-    """The cache with each device's heads on that device (a no-op when already placed so)."""
-    put = lambda x, s: jax.device_put(x, NamedSharding(mesh, s))
-    return jax.tree.map(put, cache, cache_specs(cache))
-
-
-def tp_step_fn(mesh: Mesh, pairs, heads: int, cache: KVCache, reduce: str = "exact"):
-    """A jitted `(params, tok, pos, cache) -> (logits, next, cache)` over `mesh`."""
-    tp = mesh.devices.size
-
-    def local(p, tok, pos, cache):
-        r = step_body(p, tok, pos, cache, pairs=pairs, heads=heads // tp, axis=AXIS, reduce=reduce)
+    def local(m, tok, pos, cache):
+        r = step(m, tok, pos, cache, axis=AXIS, project=project)
         return r["logits"], r["next"], r["cache"]
 
-    cs = cache_specs(cache)
-    f = jax.shard_map(
-        local, mesh=mesh, in_specs=(param_specs(), P(), P(), cs), out_specs=(P(), P(), cs)
-    )
-    return jax.jit(f)
-
-
-def tp_generate_fn(mesh: Mesh, pairs, heads: int, cache: KVCache, reduce: str = "exact"):
-    """A jitted `(params, buf, plen, steps) -> (buf, preds, cache)` over `mesh`."""
-    tp = mesh.devices.size
-
-    def local(p, buf, plen, steps):
-        return generate_loop(
-            p, buf, plen, steps, pairs=pairs, heads=heads // tp, axis=AXIS, reduce=reduce
+    def run(m, tok, pos, cache):
+        cs = specs(cache)
+        f = jax.shard_map(
+            local, mesh=mesh, in_specs=(specs(m), P(), P(), cs), out_specs=(P(), P(), cs)
         )
+        return f(m, tok, pos, cache)
 
-    cs = cache_specs(cache)
-    f = jax.shard_map(
-        local, mesh=mesh, in_specs=(param_specs(), P(), P(), P()), out_specs=(P(), P(), cs)
-    )
-    return jax.jit(f)
+    return run
+
+
+def tp_generate(mesh: Mesh, *, project: Projection = project):
+    """`(model, buf, plen, steps) -> (buf, preds, cache)`, `generate_loop` split over `mesh`, to
+    jit; `project` as for `step`."""
+
+    def local(m, buf, plen, steps):
+        return generate_loop(m, buf, plen, steps, axis=AXIS, project=project)
+
+    def run(m, buf, plen, steps):
+        cs = specs(jax.eval_shape(init_cache, m))
+        f = jax.shard_map(
+            local, mesh=mesh, in_specs=(specs(m), P(), P(), P()), out_specs=(P(), P(), cs)
+        )
+        return f(m, buf, plen, steps)
+
+    return run

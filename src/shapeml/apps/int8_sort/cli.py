@@ -10,14 +10,14 @@ import argparse
 import sys
 import time
 
-from .._errors import ShapemlError
+from ..._errors import ShapemlError
 
 __all__ = ["add_parser", "main"]
 
 
 def _train(args: argparse.Namespace) -> int:
-    from ._shipped import TINY_FLOAT_PATH, TINY_MODEL_PATH
-    from ._train import TrainConfig, train_int8
+    from .shipped import TINY_FLOAT_PATH, TINY_MODEL_PATH
+    from .train import TrainConfig, train_int8
 
     cfg = TrainConfig(
         d=args.d,
@@ -48,11 +48,13 @@ def _train(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import jax
 
-    from ._model import Int8Model
-    from ._shipped import TINY_MODEL_PATH
+    from ...int8 import Int8Model
+    from .shipped import TINY_MODEL_PATH
 
     m = Int8Model.from_json(args.model or TINY_MODEL_PATH)
     prompt = m.encode(args.prompt)
+    if args.tp is not None:
+        m = m.tp_params(args.tp)  # the tables placed on the mesh once, not on every call
     t0 = time.perf_counter()
     toks = m.generate(prompt, args.n, tp=args.tp)  # compiles once, then runs
     first = time.perf_counter() - t0
@@ -74,7 +76,7 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from ._model import Int8Model
+    from ...int8 import Int8Model
 
     m = Int8Model.from_json(args.file)
     print(f"{args.file}: valid")
@@ -116,7 +118,7 @@ def add_parser(subparsers) -> None:
         "--out",
         default=None,
         help="where to write the int8 model file (default: the shipped "
-        "shapeml/int8/tiny_transformer.json)",
+        "shapeml/apps/int8_sort/tiny_transformer.json)",
     )
     t.add_argument(
         "--float-out",

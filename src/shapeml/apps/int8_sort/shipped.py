@@ -1,10 +1,10 @@
-"""The small trained model that ships with shapeml (for demos and tests)."""
+"""The small trained model that ships with shapeml (for demos and tests), and its float parent."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from ._model import Int8Model
+from ...int8 import Int8Model
 
 __all__ = ["TINY_FLOAT_PATH", "TINY_MODEL_PATH", "tiny_model"]
 

@@ -1,7 +1,7 @@
-"""Training the float model that `shapeml int8` quantizes: `models.transformer.Transformer`, L = 1.
+"""Training the float model that `shapeml int8` quantizes: `zoo.transformer.Transformer`, L = 1.
 
-The float model is the shared decoder of `shapeml.models.transformer` with one layer. It is trained
-with `shapeml.optim.adamw` on the sorting corpus (`_corpus.py`), then quantized (`_quantize.py`).
+The float model is the shared decoder of `shapeml.zoo.transformer` with one layer. It is trained
+with `shapeml.optim.adamw` on the sorting corpus (`corpus.py`), then quantized (`quantize.py`).
 Everything is seeded, so the same call reproduces the shipped model file.
 """
 
@@ -14,13 +14,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import optim
-from ..models import save as save_model
-from ..models import transformer as tfm
-from ..training import TrainStep
-from . import _corpus
-from ._model import Int8Model
-from ._quantize import quantize
+from ... import optim
+from ...int8 import Int8Model
+from ...models import save as save_model
+from ...training import TrainStep
+from ...zoo import transformer as tfm
+from . import corpus as _corpus
+from .quantize import quantize
 
 __all__ = ["TrainConfig", "evaluate", "float_accuracy", "train_float", "train_int8"]
 
@@ -117,7 +117,7 @@ def train_int8(
     m, stats = train_float(cfg, log=log)
     calib = _corpus.make_sequences(cfg.calib_sequences, cfg.ctx, seed=cfg.seed + 500)
     meta = {
-        "description": "one-layer int8 transformer sorting sets of letters (shapeml.int8._corpus)",
+        "description": "one-layer int8 transformer sorting sets of letters (shapeml.apps.int8_sort.corpus)",
         "example": "fcak>acfk|",
         "train": dataclasses.asdict(cfg),
         "final_loss": stats["final_loss"],
@@ -133,7 +133,7 @@ def train_int8(
             )
         )
     if out is not None:
-        q.save(out)
+        q.to_json(out)
     if float_out is not None:
         save_model(float_out, m)
     return q, m

@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..models import transformer as tfm
-from ._numerics import exp_table, requant_pair
-from ._schema import FORMAT
+from ...int8 import FORMAT, exp_table, requant_pair
+from ...zoo import transformer as tfm
 
 __all__ = ["SCORE_STEP", "calibrate", "float_intermediates", "quantize"]
 
