@@ -135,15 +135,15 @@ def main() -> None:
         f"hoisted {report.hoisted_ops} ops; prepared {report.prepared_bytes / 2**20:.1f} MiB "
         f"for {report.weight_bytes / 2**20:.1f} MiB of weights; {report.prepare_runs} prepare run(s)"
     )
-    for batch, _, _, ceiling in rows:
-        # No automatic method beats the hand-prepared forward: this bounds the speedup.
-        print(f"hand_prepared_speedup_vs_jit[batch={batch}]: ratio={ceiling:.2f} (ceiling)")
-    for batch, vs_prepared, speedup, _ in rows:
+    for batch, vs_prepared, speedup, ceiling in rows:
+        # No automatic method beats the hand-prepared forward: its speedup bounds hoisting's.
+        print(
+            f"hoist_speedup_vs_jit[batch={batch}]: {speedup:.2f}x "
+            f"(hand-prepared: {ceiling:.2f}x; no budget)"
+        )
         print(f"hoist_vs_prepared[batch={batch}]: ratio={vs_prepared:.3f} (budget 1.10)")
-        print(f"hoist_speedup_vs_jit[batch={batch}]: ratio={speedup:.2f} (budget >= 3)")
-    # Headlines: the worst batch.
+    # The headline, last: the worst batch against DESIGN.md's budget.
     print(f"hoist_vs_prepared: ratio={max(r[1] for r in rows):.3f} (budget 1.10)")
-    print(f"hoist_speedup_vs_jit: ratio={min(r[2] for r in rows):.2f} (budget >= 3)")
 
 
 if __name__ == "__main__":

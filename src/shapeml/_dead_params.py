@@ -24,6 +24,7 @@ import jax
 from . import _jax_internals as jxi
 from ._compile_cache import CompileCache, Signature, UnhashableStaticError, is_array
 from ._errors import ShapemlError, ShapemlWarning
+from .models._introspect import dotted_name
 
 __all__ = ["DeadParamWarning", "LossShapeError", "NoParamsReadError", "check_reads"]
 
@@ -157,10 +158,6 @@ def _report(reads: Reads, loss_name: str, model_name: str) -> None:
         )
 
 
-def _dotted(path) -> str:
-    return jax.tree_util.keystr(path, simple=True, separator=".")
-
-
 def _unread(f: Callable, trees, has_aux: bool) -> Reads:
     """Traces the loss's tangent on abstract values and reads, per param, whether DCE keeps it.
 
@@ -201,5 +198,5 @@ def _unread(f: Callable, trees, has_aux: bool) -> Reads:
     # i-th tangent is the i-th named param), then the other array leaves.
     n = len(named)
     tangent_used = jxi.used_inputs(closed)[n : 2 * n]
-    names = tuple(_dotted(path) for path, _ in named)
+    names = tuple(dotted_name(path) for path, _ in named)
     return Reads(names, tuple(name for name, used in zip(names, tangent_used) if not used))

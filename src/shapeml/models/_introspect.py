@@ -62,15 +62,7 @@ def statics(m: Model) -> dict[str, object]:
 
 def dotted_name(path) -> str:
     """The dotted name of a leaf's tree path (`blocks.0.w1`), as every name-based API spells it."""
-    parts = []
-    for key in path:
-        for attr in ("name", "idx", "key"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-        else:
-            parts.append(str(key))
-    return ".".join(parts)
+    return jax.tree_util.keystr(path, simple=True, separator=".")
 
 
 def param_mask(m: Model):

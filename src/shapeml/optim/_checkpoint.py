@@ -22,7 +22,7 @@ from ..models._checkpoint import (
     model_from_arrays,
     model_metadata,
 )
-from ..models._introspect import tensors
+from ..models._introspect import dotted_name, tensors
 from ._errors import OptimizerKindError, OptimizerMismatchError
 from ._optimizer import Optimizer, adamw, sgd
 from ._schedules import from_config
@@ -31,16 +31,9 @@ from ._transforms import clip_norm
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
 
-def _key_name(k) -> str:
-    for attr in ("name", "key", "idx"):
-        if hasattr(k, attr):
-            return str(getattr(k, attr))
-    return str(k)
-
-
 def _opt_entries(opt: Optimizer) -> dict[str, jax.Array]:
     leaves = jax.tree_util.tree_flatten_with_path(opt)[0]
-    return {"opt." + ".".join(_key_name(k) for k in path): v for path, v in leaves}
+    return {"opt." + dotted_name(path): v for path, v in leaves}
 
 
 def save_checkpoint(path: str | os.PathLike, m: Model, opt: Optimizer) -> Path:

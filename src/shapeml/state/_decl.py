@@ -20,6 +20,7 @@ import numpy as np
 from jaxtyping import Array, Shaped
 
 from ..models import Model, buffer, submodel, zeros
+from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
 
 __all__ = ["Decl", "ParamDecl", "StateDecl", "leaf_name", "param", "state", "state_model_class"]
@@ -27,15 +28,7 @@ __all__ = ["Decl", "ParamDecl", "StateDecl", "leaf_name", "param", "state", "sta
 
 def leaf_name(path) -> str:
     """A dotted name for a pytree path (`model.blocks.0.w1`)."""
-    parts = []
-    for key in path:
-        for attr in ("name", "key", "idx"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-        else:
-            parts.append(str(key))
-    return ".".join(parts)
+    return dotted_name(path)
 
 
 def _check_shape(shape, where: str) -> tuple[int, ...]:
