@@ -108,6 +108,17 @@ class Signature(NamedTuple):
         """The pytree this signature describes, with `abstract_leaves()` as its leaves."""
         return jax.tree.unflatten(self.treedef, self.abstract_leaves())
 
+    def fill(self, dynamic) -> list:
+        """Every leaf: `dynamic` (e.g. tracers) at the array positions, each static's value."""
+        leaves = [k.value if isinstance(k, StaticKey) else None for k in self.leaves]
+        for i, x in zip(self.dynamic(), dynamic, strict=True):
+            leaves[i] = x
+        return leaves
+
+    def rebuild(self, dynamic):
+        """The pytree this signature describes, with `dynamic` as its array leaves."""
+        return jax.tree.unflatten(self.treedef, self.fill(dynamic))
+
 
 class CompileCache(Generic[T]):
     """Programs by key, built on a miss by `build(key)`; the least recently used past `maxsize`

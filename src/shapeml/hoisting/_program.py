@@ -85,13 +85,7 @@ def trace(f: Callable, assemble: Callable, key: ProgramKey) -> tuple[ji.ClosedJa
     nw = len(w_dyn)
 
     def flat(*dyn):
-        w_leaves = list(w_template)
-        for pos, x in zip(w_dyn, dyn[:nw]):
-            w_leaves[pos] = x
-        in_leaves = list(in_template)
-        for pos, x in zip(in_dyn, dyn[nw:]):
-            in_leaves[pos] = x
-        args, kwargs = assemble(w_leaves, in_leaves)
+        args, kwargs = assemble(key.weights.fill(dyn[:nw]), key.inputs.fill(dyn[nw:]))
         outs, tree = jax.tree.flatten(f(*args, **kwargs))
         out_tree.append(tree)
         return outs
