@@ -139,3 +139,35 @@ def test_is_tracer():
     seen = []
     jax.jit(lambda x: seen.append(ji.is_tracer(x)) or x)(jnp.ones(2))
     assert seen == [True] and not ji.is_tracer(jnp.ones(2))
+
+
+def test_trace_of_tells_inner_from_outer_traces():
+    seen = {}
+
+    def f(x):
+        seen["outer"] = ji.current_trace()
+        seen["x"] = ji.trace_of(x)
+
+        def body(carry, _):
+            seen["inner"] = ji.current_trace()
+            seen["carry"] = ji.trace_of(carry)
+            seen["closed_over"] = ji.trace_of(x)
+            return carry + x, None
+
+        return lax.scan(body, x, None, length=2)[0]
+
+    jax.make_jaxpr(f)(1.0)
+    assert seen["x"] is seen["outer"]
+    assert seen["closed_over"] is seen["outer"]  # an outer tracer keeps its trace inside scan
+    assert seen["carry"] is seen["inner"] and seen["inner"] is not seen["outer"]
+    assert ji.trace_of(jnp.ones(2)) is None
+
+
+def test_dce_keeps_only_the_used_outputs_and_their_inputs():
+    closed = jax.make_jaxpr(lambda a, b, c: (a * 2.0, b + c))(1.0, 2.0, 3.0)
+    pruned, kept = ji.dce(closed, [False, True])
+    assert kept == [False, True, True]
+    assert len(pruned.jaxpr.outvars) == 1 and len(pruned.jaxpr.invars) == 2
+    assert ji.as_fun(pruned)(2.0, 3.0) == [5.0]
+    whole, kept_all = ji.dce(closed, [False, True], keep_inputs=True)
+    assert kept_all == [True, True, True] and len(whole.jaxpr.invars) == 3

@@ -269,3 +269,27 @@ def backend_started() -> bool:
 def compiled_count(jitted: Callable) -> int:
     """How many programs a `jax.jit`-wrapped function has compiled so far."""
     return jitted._cache_size()
+
+
+def current_trace():
+    """What JAX records operations into now: an opaque object, compared with `is` to
+    `trace_of(x)` (the eager evaluator outside every transformation)."""
+    return _core.unsafe_get_current_trace()
+
+
+def trace_of(x):
+    """The trace a tracer belongs to (as `current_trace()` returns it); None for a concrete value.
+
+    A tracer of an outer trace used inside `lax.scan`, `vmap` or a nested `jit` keeps its outer
+    trace; the values computed inside have the inner one.
+    """
+    return x._trace if isinstance(x, _core.Tracer) else None
+
+
+def dce(
+    closed: ClosedJaxpr, used_outputs: Sequence[bool], *, keep_inputs: bool = False
+) -> tuple[ClosedJaxpr, list[bool]]:
+    """Dead-code elimination to the used outputs alone: the pruned jaxpr (only those outputs, and
+    only the inputs they depend on unless `keep_inputs`) and, per input, whether it was kept."""
+    jaxpr, used = _pe.dce_jaxpr(closed.jaxpr, list(used_outputs), instantiate=keep_inputs)
+    return ClosedJaxpr(jaxpr, closed.consts), list(used)

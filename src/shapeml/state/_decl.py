@@ -23,12 +23,7 @@ from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
 
-__all__ = ["Decl", "ParamDecl", "StateDecl", "leaf_name", "param", "state", "state_model_class"]
-
-
-def leaf_name(path) -> str:
-    """A dotted name for a pytree path (`model.blocks.0.w1`)."""
-    return dotted_name(path)
+__all__ = ["Decl", "ParamDecl", "StateDecl", "param", "state", "state_model_class"]
 
 
 def _check_shape(shape, where: str) -> tuple[int, ...]:
@@ -80,7 +75,7 @@ class Decl:
         if self.is_array:
             return {"": value}
         arrays = eqx.filter(value, eqx.is_array) if self.static is not None else value
-        return {leaf_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(arrays)[0]}
+        return {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(arrays)[0]}
 
 
 def _from_tree(tree, where: str) -> tuple[Any, Any, dict[str, Any]]:
@@ -91,7 +86,7 @@ def _from_tree(tree, where: str) -> tuple[Any, Any, dict[str, Any]]:
             f"{where} got a {type(tree).__name__} with no array leaves",
             fix="pass an array, a shape tuple, or a pytree of arrays such as an sm.Model",
         )
-    return treedef, static, {leaf_name(p): x for p, x in flat}
+    return treedef, static, {dotted_name(p): x for p, x in flat}
 
 
 _ARRAY = jax.tree_util.tree_structure(0)

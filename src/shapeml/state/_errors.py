@@ -94,13 +94,25 @@ changing tensor in a `state(...)` instead, or bind new weights from outside with
 
 _BODY = """
 A `Graph` subclass must define `body(self, *inputs, **per_call)`, the function compiled and run on
-every call; its result must be a pytree of arrays.
+every call; its result must be a pytree of arrays, and it may not call the graph itself.
+
+Every index into a state (or into a `KVCache` held in one) must be a value of the body itself, not
+one traced inside a transformation nested in it (`lax.scan`, `vmap`, an inner `jit`): the graph
+checks every index before its step runs, and such a value exists only inside that transformation.
+An index the body already has (`pos`) may be used inside one. Unroll the loop instead:
+
+    self.cache, _ = lax.scan(lambda c, l: (c.write(l, pos, k, v), None),
+                             self.cache, jnp.arange(layers))      # E1409: l exists in the scan
+    for l in range(layers):                                       # l is a Python int
+        self.cache = self.cache.write(l, pos, k, v)
 """
 
 _INPUT = """
 Every input of a graph call must be an array, a Python number or a pytree of them: each becomes a
 traced value of the compiled program (so a new value never recompiles). Configuration that changes
-the program belongs in the graph's `__init__`.
+the program belongs in the graph's `__init__`. An integer must fit JAX's int dtype (int32, or int64
+with `jax_enable_x64`); one that does not is refused rather than wrapped around (as an index the
+graph checks, it is an E1401 index error instead).
 """
 
 

@@ -17,7 +17,8 @@ import numpy as np
 from .._compile_cache import CompileCache, Signature
 from .._errors import similar
 from ..models import Model
-from ._decl import Decl, ParamDecl, StateDecl, check_field_names, leaf_name
+from ..models._introspect import dotted_name
+from ._decl import Decl, ParamDecl, StateDecl, check_field_names
 from ._errors import (
     GraphBodyError,
     GraphDeclarationError,
@@ -25,9 +26,17 @@ from ._errors import (
     WeightWriteError,
 )
 from ._handles import ParamHandle, StateHandle
-from ._index import IndexChecks
-from ._program import Program, canonical_inputs, compile_program, signature
-from ._step import Step
+from ._index import IndexChecks, raise_index_error
+from ._program import (
+    InputTooWideError,
+    Program,
+    canonical_inputs,
+    compile_program,
+    raise_too_wide,
+    signature,
+    too_wide,
+)
+from ._step import Step, bind_caches
 from ._storage import Storage
 
 __all__ = ["Graph"]
@@ -144,8 +153,11 @@ class Graph:
         `graph.load_states(sm.load(path, like=graph.states))` brings them back."""
         return self._storage.state_model(copy=True)
 
-    def load_states(self, states: Model) -> None:
+    def load_states(self, states: Any) -> None:
         """Sets every state from an `sm.Model` like `graph.states` (e.g. from `sm.load`).
+
+        `states` is annotated `Any` so that anything else (a dict meant for `load_state_dict`)
+        gets the coded error below, with its fix, rather than a bare type-checker error.
 
         Raises:
             LoadStateDictError: (E1405) listing every missing, unexpected or wrong-shape buffer;
@@ -181,14 +193,15 @@ class Graph:
     def _pure_step(self, weights: dict[str, Any], states: Model, inputs, *, traced: bool):
         """The one pure function behind a call: `(weights, states, (args, kwargs)) ->
         (outputs, states, checks)`, `checks` being this run's `IndexChecks` for the caller to act
-        on. Traced once per input signature by `__call__`; run eagerly by `reference`."""
+        on. Traced once per input signature by `__call__`; run eagerly by `reference`. No
+        `KVCache` leaves it still bound to `checks`: they are this run's alone."""
         if self._step is not None:
             raise GraphBodyError(
                 f"`{type(self).__name__}.body` ran the graph again from inside itself",
                 fix="call helper functions from body, not the graph",
             )
         storage: Storage = self._storage
-        by_name = {leaf_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(states)[0]}
+        by_name = {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(states)[0]}
         values = {attr: storage.build_state(attr, by_name) for attr in storage.state_decls}
         checks = IndexChecks(_named_leaves(inputs))
         run = Step(storage.decls, weights, values, checks)
@@ -198,8 +211,8 @@ class Graph:
             out = type(self).body(self, *args, **per_call)
         finally:
             object.__setattr__(self, "_step", None)
-        new = storage.state_like(states, run.states, constrain=traced)
-        return out, new, checks
+        new = storage.state_like(states, run.states, constrain=traced)  # leaves only, by name
+        return bind_caches(out, None), new, checks
 
     def reference(self, *inputs, **per_call):
         """Runs `body` eagerly on the host, against the host mirror of the state (`.host`).
@@ -212,8 +225,11 @@ class Graph:
         changed only when the body returns. Results come back as numpy.
         """
         cpu = jax.devices("cpu")[0]
-        leaves, treedef = canonical_inputs(inputs, per_call)
-        args, kwargs = jax.device_put(jax.tree_util.tree_unflatten(treedef, leaves), cpu)
+        try:
+            canonical = canonical_inputs(type(self).__name__, inputs, per_call)
+        except InputTooWideError:
+            self._too_wide(inputs, per_call)
+        args, kwargs = jax.device_put(canonical, cpu)
         storage: Storage = self._storage
         with jax.default_device(cpu):
             host = storage.host_weights(), storage.host_model()
@@ -222,13 +238,37 @@ class Graph:
         return jax.tree.map(np.asarray, out)
 
     def __call__(self, *inputs, **per_call):
-        leaves, key = signature(type(self).__name__, inputs, per_call)
+        try:
+            key, leaves = signature(type(self).__name__, inputs, per_call)
+        except InputTooWideError:
+            self._too_wide(inputs, per_call)
         program: Program = self._programs.get(key)
         storage: Storage = self._storage
         # Flat leaves, not pytrees: the fastest path through JAX's dispatch.
         out, states = program.run(storage.weight_leaves(), storage.state_leaves(), leaves)
         storage.set_state_leaves(states)
         return out
+
+    def _too_wide(self, inputs: tuple, per_call: dict) -> None:
+        """Raises for an int input too wide for JAX's int dtype (`pos=2**31`): the index error
+        (E1401) when the step checks that input as an index, else `GraphInputError` (E1410).
+        The body is traced (not compiled, not run) with a zero in its place to find out."""
+        named = _named_leaves((inputs, per_call))
+        wide = [i for i, (_, x) in enumerate(named) if too_wide(x)]
+        stand_in = canonical_inputs(type(self).__name__, inputs, per_call, placeholder=True)
+        found = []
+
+        def probe(weights, states, given):
+            out, new, checks = self._pure_step(weights, states, given, traced=False)
+            found.extend(c for c in checks.entries if c.input in wide)
+            return out, new
+
+        storage: Storage = self._storage
+        jax.eval_shape(probe, storage.device_weights(), storage.state_model(copy=False), stand_in)
+        for check in found:
+            value = int(named[check.input][1])
+            raise_index_error(check.what, check.size, check.extent, value, check.source)
+        raise_too_wide(type(self).__name__, *named[wide[0]])
 
     def _compile(self, key: Signature) -> Program:
         storage: Storage = self._storage

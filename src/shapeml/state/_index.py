@@ -5,12 +5,13 @@ passes through `check_index`. A concrete index is checked at once and raises `St
 traced index goes to the mechanism named at the call site: by default `eqx.error_if`, which fails
 the whole computation (under `jit`, and per element under `vmap`); or, when the caller passes an
 `IndexChecks` list (a `Graph` step does, for every view of its state), into that list, whose owner
-discards the writes of a failing call and raises after it.
+checks it before running anything and raises instead of running the step.
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import warnings
 from typing import Any
@@ -21,9 +22,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as jxi
-from ._errors import StateIndexError, StateIndexTypeError
+from ._errors import GraphBodyError, StateIndexError, StateIndexTypeError
 
-__all__ = ["IndexChecks", "assume_in_bounds", "check_index", "raise_index_error", "span"]
+__all__ = [
+    "Check",
+    "IndexChecks",
+    "assume_in_bounds",
+    "check_index",
+    "in_bounds",
+    "raise_index_error",
+    "span",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,9 +54,19 @@ class span:  # noqa: N801 - reads like a slice constructor
             )
 
 
-@dataclasses.dataclass(frozen=True)
+def in_bounds(idx, size: int, extent: int = 1) -> jax.Array:
+    """`0 <= idx <= size - extent`, compared in `idx`'s own dtype (never narrowed first, so an int64
+    index past 2**32 is not wrapped into range)."""
+    idx = jnp.asarray(idx)
+    ok = idx >= 0
+    if size - extent < jnp.iinfo(idx.dtype).max:  # else every value of the dtype is below it
+        ok = ok & (idx <= size - extent)
+    return ok
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
 class Check:
-    """One traced check: `ok` is `0 <= value <= size - extent`. When the index is one of the
+    """One recorded index, `0 <= index <= size - extent` to hold. When the index is one of the
     inputs the list was given, `source` names it and `input` is its position, else "" and -1."""
 
     what: str
@@ -55,46 +74,70 @@ class Check:
     extent: int
     source: str
     input: int
-    ok: jax.Array
-    value: jax.Array
+    index: Any  # the traced index itself, in its own dtype
+
+    @property
+    def ok(self) -> jax.Array:
+        """Whether the index is in range (computed where it is asked for, in the list's trace)."""
+        return in_bounds(self.index, self.size, self.extent)
 
 
 class IndexChecks:
     """An explicit list of the traced index checks of one computation, for its owner to act on.
 
-    A `Graph` step holds one: the views of its state (and a `KVCache` bound to it with
-    `cache.with_checks(checks)`) record each traced index here instead of failing the program,
-    and the graph runs these checks before the step, raising `StateIndexError` instead of running
-    it. `sources` are `(name, value)` pairs of the step's inputs: an index that is one of them is
-    named in errors (`pos=16`) and can be checked on the host, without running anything.
+    A `Graph` step holds one: the views of its state (and every `KVCache` in its states, bound to
+    it with `cache.with_checks(checks)`) record each traced index here instead of failing the
+    program, and the graph runs these checks before the step, raising `StateIndexError` instead
+    of running it. `sources` are `(name, value)` pairs of the step's inputs: an index that is one
+    of them is named in errors (`pos=16`) and is checked on the host, without running anything.
+
+    The list belongs to the trace it is made in: an index traced inside a transformation nested
+    in it (`lax.scan`, `vmap`, an inner `jit`) exists only there, cannot be checked before the
+    step, and is refused when recorded (`GraphBodyError`, E1409), never dropped.
     """
 
     def __init__(self, sources: list[tuple[str, Any]] | None = None):
         self.sources = list(sources or ())
         self.entries: list[Check] = []
+        self.owner = ""  # what the errors say the indexed values belong to, e.g. "state `cache`"
+        self._trace = jxi.current_trace()
+
+    def named(self, owner: str) -> IndexChecks:
+        """The same list (entries are shared), its errors saying the indices are into `owner`."""
+        view = copy.copy(self)
+        view.owner = owner
+        return view
 
     def position_of(self, idx) -> int:
         """Which of `sources` is `idx` itself (the same object), or -1."""
         return next((i for i, (_, value) in enumerate(self.sources) if value is idx), -1)
 
     def source_of(self, idx) -> str:
+        """The name of the input `idx` is, or "" when it is not one of `sources`."""
         at = self.position_of(idx)
         return self.sources[at][0] if at >= 0 else ""
 
     def record(self, idx, size: int, *, what: str, extent: int = 1):
-        """Records `0 <= idx <= size - extent` for a traced `idx` and returns `idx` unchanged."""
-        value = jnp.asarray(idx).astype(jnp.int32)
-        ok = (value >= 0) & (value <= size - extent)
-        at = self.position_of(idx)
-        source = self.sources[at][0] if at >= 0 else ""
-        self.entries.append(Check(what, size, extent, source, at, ok, value))
-        return idx
+        """Records `0 <= idx <= size - extent` for a traced `idx` and returns `idx` unchanged.
 
-    def all_ok(self) -> jax.Array | None:
-        """True when every recorded check passed; None when nothing was recorded."""
-        if not self.entries:
-            return None
-        return jnp.all(jnp.stack([c.ok for c in self.entries]))
+        Raises:
+            GraphBodyError: (E1409) if `idx` was traced inside a transformation nested in the
+                computation this list belongs to.
+        """
+        if jxi.is_tracer(idx) and jxi.trace_of(idx) is not self._trace:
+            where = f"{what} (in {self.owner})" if self.owner else what
+            raise GraphBodyError(
+                f"{where} was indexed with a value traced inside a transformation nested in the "
+                "graph's body (lax.scan, vmap, an inner jit, ...); the graph checks every index "
+                "before its step runs, and cannot check one that exists only in there",
+                fix="index with values of the body itself: unroll the loop into a Python for loop "
+                "(e.g. over layers), or compute the index outside the transformation (pos itself "
+                "may be used anywhere); outside a Graph, a cache in your own jit checks its "
+                "indices with eqx.error_if",
+            )
+        at = self.position_of(idx)
+        self.entries.append(Check(what, size, extent, self.source_of(idx), at, idx))
+        return idx
 
     def __repr__(self) -> str:
         return f"IndexChecks({len(self.entries)} recorded)"
@@ -130,10 +173,10 @@ def _is_int_scalar(x) -> bool:
 def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChecks | None = None):
     """Checks `0 <= idx` and `idx + extent <= size`, the same way in every context.
 
-    A concrete index raises at once. A traced one (under `jit`, `vmap`, `scan`, in a graph's body)
-    is checked inside the program: by `eqx.error_if` (the computation fails with a JAX runtime
-    error whose message starts with `[E1401]`), or, when `checks` is given, by recording it in
-    that list for its owner (a `Graph` step) to act on.
+    A concrete index raises at once. A traced one (under `jit`, `vmap`, `scan`) is checked inside
+    the program by `eqx.error_if` (the computation fails with a JAX runtime error whose message
+    starts with `[E1401]`), or, when `checks` is given, recorded in that list for its owner (a
+    `Graph` step, which checks it before running the step) to act on.
 
     Args:
         idx: an integer scalar: Python int, 0-d integer array, or traced 0-d integer.
@@ -148,6 +191,8 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
     Raises:
         StateIndexTypeError: (E1402) if `idx` is not an integer scalar.
         StateIndexError: (E1401) if `idx` is concrete and out of range.
+        GraphBodyError: (E1409) if `checks` is given and `idx` was traced inside a transformation
+            nested in the computation `checks` belongs to (see `IndexChecks`).
     """
     if isinstance(idx, bool | np.bool_) or not _is_int_scalar(idx):
         raise StateIndexTypeError(
@@ -168,11 +213,10 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
         return value
     if checks is not None:
         return checks.record(idx, size, what=what, extent=extent)
-    ok = (idx >= 0) & (idx <= size - extent)
     # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
     return eqx.error_if(
         idx,
-        ~ok,
+        ~in_bounds(idx, size, extent),
         f"[E1401] {what} has size {size}: an index outside 0..{size - extent} was "
         "given (JAX would clamp it); pass 0 <= index <= size - extent",
     )
@@ -182,13 +226,14 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
 def assume_in_bounds():
     """Deprecated, and does nothing: every index is checked in every context.
 
-    It used to drop in-program checks inside its block. The checks now cost a conditional that
-    never runs its branch unless an index is out of range; an unchecked index would be clamped
-    silently, so there is nothing to turn off.
+    It used to drop in-program checks inside its block. An unchecked index would be clamped
+    silently, so there is nothing to turn off: in a `Graph` the checks run before the step (a
+    host comparison for an index that is an input, a small compiled program for one computed in
+    the body); in your own `jit`, `eqx.error_if` adds a comparison and a conditional to the program.
     """
     warnings.warn(
         "shapeml.state.assume_in_bounds() is deprecated and does nothing: indices are always "
-        "checked (the check is cheap); remove the `with` block",
+        "checked; remove the `with` block",
         DeprecationWarning,
         stacklevel=3,
     )

@@ -5,7 +5,8 @@ A decode step writes this position's K and V (`write`) and attends over position
 `jax.jit` or `lax.scan`, and as a `Graph` state (`self.cache = state(KVCache(...))`), where its
 buffers are donated and updated in place. Every position is bounds-checked, never clamped: by
 `eqx.error_if` in your own `jit`, or, in a graph's body, in the graph step's `IndexChecks` (the
-graph binds the cache to them with `with_checks`), so a bad position there changes nothing.
+graph binds every cache in its states to them with `with_checks`, and unbinds every cache that
+leaves the body), so a bad position there raises before the step runs and changes nothing.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ class KVCache(eqx.Module):
         v: values, the same shape.
         name: how errors name this cache.
         checks: where traced positions are checked: None (the default) for `eqx.error_if`, or
-            a graph step's `IndexChecks` (see `with_checks`).
+            a graph step's `IndexChecks` while its body runs (see `with_checks`); a cache a
+            graph returns, or reads out of its state, is always back to None.
 
     Example:
         >>> cache = KVCache(layers=2, ctx=16, heads=4, head_dim=8)
@@ -64,7 +66,8 @@ class KVCache(eqx.Module):
 
     def with_checks(self, checks: IndexChecks | None) -> KVCache:
         """The same cache, its traced positions checked into `checks` instead of failing the
-        program (`None`: back to `eqx.error_if`). A `Graph` binds its state caches this way."""
+        program (`None`: back to `eqx.error_if`). A `Graph` binds its state caches this way while
+        its body runs, and unbinds every cache its body returns."""
         new = copy.copy(self)
         object.__setattr__(new, "checks", checks)
         return new

@@ -6,8 +6,9 @@ states donated, so XLA updates them in place, writes applied in body order) and 
 A call runs the checks first and the step only if they all pass, so a bad index raises before
 anything is written. A check of an index that is itself an input (`pos`) is a comparison on the
 host; the others (`pos + 1`, an index read from a state) are the part of the jaxpr that computes
-them, compiled on its own, and run on the host CPU when they need only the inputs. Either way the
-call never waits for a device step to finish.
+them, compiled on its own: on the host CPU when they need only the inputs, else on the device,
+where the call then waits for that small program (and so for the steps before it that wrote the
+state it reads) before it starts the step.
 """
 
 from __future__ import annotations
@@ -21,13 +22,24 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as jxi
-from .._compile_cache import Signature, leaf_key
+from .._compile_cache import Signature
 from ._errors import GraphInputError
 from ._index import Check, raise_index_error
 
-__all__ = ["Program", "canonical_inputs", "compile_program", "signature"]
+__all__ = [
+    "InputTooWideError",
+    "Program",
+    "canonical_inputs",
+    "compile_program",
+    "raise_too_wide",
+    "signature",
+    "too_wide",
+]
 
-_INT = np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+def _int() -> np.dtype:
+    """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,81 +127,78 @@ def compile_program(
         status = [_first_failure(computed)] if computed else []
         return [*out_leaves, *jax.tree.leaves(new), *status]
 
-    specs = [jax.ShapeDtypeStruct(k.shape, k.dtype, weak_type=k.weak_type) for k in key.leaves]
-    args = [*weights, *states, *specs]
+    args = [*weights, *states, *key.abstract_leaves()]
     closed = jxi.make_closed_jaxpr(flat_step, *args)  # the body's one trace
-    run = jxi.as_fun(closed)
-    n_out = record["out"].num_leaves
-    n_step = n_out + ns
-    step = jax.jit(lambda *a: run(*a)[:n_step], donate_argnums=tuple(range(nw, nw + ns)))
+    n_step = record["out"].num_leaves + ns
+    has_checks = bool(record["computed"])
+    # Every input stays, so the donated states keep their argument positions.
+    step_jaxpr, _ = jxi.dce(closed, [True] * n_step + [False] * has_checks, keep_inputs=True)
+    run_step = jxi.as_fun(step_jaxpr)
+    step = jax.jit(lambda *a: run_step(*a), donate_argnums=tuple(range(nw, nw + ns)))
     computed = None
-    if record["computed"]:
-        computed = _compile_checks(closed, run, args, n_step, nw + ns, record["computed"])
+    if has_checks:
+        computed = _compile_checks(closed, args, n_step, nw + ns, record["computed"])
     program = step.lower(*args).compile()
+    n_out = record["out"].num_leaves
     return Program(program, record["out"], n_out, record["inputs"], computed)
 
 
 def _first_failure(checks: list[Check]) -> jax.Array:
     """One small output for all checks: `[index of the first failing one or -1, its value]`."""
-    oks = jnp.stack([c.ok for c in checks])
-    bad = jnp.argmin(oks).astype(jnp.int32)
-    value = jnp.stack([c.value for c in checks])[bad]
-    return jnp.stack([jnp.where(oks[bad], -1, bad), value])
+    oks = jnp.stack([c.ok for c in checks])  # each compared in its index's own dtype
+    bad = jnp.argmin(oks)
+    # Only the value reported in the error is cast to one dtype, after the comparisons.
+    value = jnp.stack([jnp.asarray(c.index).astype(_int()) for c in checks])[bad]
+    return jnp.stack([jnp.where(oks[bad], -1, bad).astype(_int()), value])
 
 
-def _compile_checks(
-    closed, run, args: list, n_step: int, first_input: int, entries
-) -> ComputedChecks:
-    used = jxi.used_inputs(closed, [False] * n_step + [True])
+def _compile_checks(closed, args: list, n_step: int, first_input: int, entries) -> ComputedChecks:
+    """Compiles the part of the step's jaxpr that computes the checks, and only its inputs."""
+    pruned, used = jxi.dce(closed, [False] * n_step + [True])
     keep = tuple(i for i, u in enumerate(used) if u)
     on_host = all(i >= first_input for i in keep)
-
-    def check(*kept):
-        # The arguments the checks do not read are never computed on: XLA drops them.
-        flat = [jnp.zeros(a.shape, a.dtype) for a in args]
-        for i, x in zip(keep, kept, strict=True):
-            flat[i] = x
-        return run(*flat)[n_step]
-
     if on_host:
         cpu = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
         specs = [jax.ShapeDtypeStruct(args[i].shape, args[i].dtype, sharding=cpu) for i in keep]
     else:
         specs = [args[i] for i in keep]
-    compiled = jax.jit(check).lower(*specs).compile()
+    run = jxi.as_fun(pruned)
+    compiled = jax.jit(lambda *a: run(*a)[0]).lower(*specs).compile()
     return ComputedChecks(compiled, keep, first_input, on_host, entries)
 
 
-def _canonical(x):
-    if isinstance(x, jax.Array):
-        return x
-    if type(x) is int:  # the common per-call `pos=`: skip the generic path
-        return np.asarray(x, _INT)
-    if isinstance(x, bool | int | float | complex | np.generic | np.ndarray):
+class InputTooWideError(Exception):
+    """An integer input does not fit JAX's int dtype (`pos=2**31`); the graph raises the coded
+    error (an index error, or `GraphInputError`) once it knows how the input is used."""
+
+
+def too_wide(x) -> bool:
+    """Whether `x` is an integer input with a value JAX's int dtype cannot hold."""
+    if type(x) is int:
+        bound = 1 << (8 * _int().itemsize - 1)
+        return not -bound <= x < bound
+    if isinstance(x, np.integer | np.ndarray) and np.asarray(x).dtype.kind in "iu" and np.size(x):
         arr = np.asarray(x)
-        if arr.dtype.kind not in "biufc":
-            raise GraphInputError(
-                f"a graph input has dtype {arr.dtype}", fix="pass numeric arrays or numbers"
-            )
-        dtype = jax.dtypes.canonicalize_dtype(arr.dtype)
-        return arr if arr.dtype == dtype else arr.astype(dtype)
+        info = np.iinfo(jax.dtypes.canonicalize_dtype(arr.dtype))
+        return int(arr.min()) < info.min or int(arr.max()) > info.max
+    return False
+
+
+def raise_too_wide(graph: str, label: str, value) -> None:
+    """Raises `GraphInputError` (E1410) for the input `label`, too wide for JAX's int dtype."""
+    arr = np.asarray(value) if not isinstance(value, int) else None
+    dtype = _int() if arr is None else np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype))
+    shown = f"{value}" if arr is None or arr.ndim == 0 else f"an array of {arr.min()}..{arr.max()}"
+    info = np.iinfo(dtype)
     raise GraphInputError(
-        f"a graph input is a {type(x).__name__} ({x!r:.60}), not an array or a number",
-        fix="pass arrays, numbers or pytrees of them; fixed configuration belongs in __init__",
+        f"`{graph}` got the input `{label}` = {shown}, which does not fit JAX's {dtype}"
+        + ("" if dtype.itemsize == 8 else " (jax_enable_x64 is off)"),
+        fix=f"pass values within {info.min}..{info.max}",
     )
 
 
-def canonical_inputs(inputs: tuple, per_call: dict):
-    """Every input leaf as an array of JAX's canonical dtype (a new value never recompiles)."""
-    leaves, treedef = jax.tree_util.tree_flatten((inputs, per_call))
-    return [_canonical(x) for x in leaves], treedef
-
-
-def signature(graph: str, inputs: tuple, per_call: dict) -> tuple[list, Signature]:
-    """The canonical input leaves and the signature that picks their compiled program."""
-    leaves, treedef = canonical_inputs(inputs, per_call)
-    keys = []
-    for x in leaves:
+def _canonical(x, graph: str, placeholder: bool):
+    if type(x) is jxi.ArrayImpl or isinstance(x, jax.Array):
         if jxi.is_tracer(x):
             raise GraphInputError(
                 f"`{graph}` was called with traced inputs (inside jax.jit, grad or vmap); a Graph "
@@ -197,5 +206,46 @@ def signature(graph: str, inputs: tuple, per_call: dict) -> tuple[list, Signatur
                 fix="call the graph from Python, or use the pure functions it wraps (e.g. "
                 "transformer.step) inside your own jit",
             )
-        keys.append(leaf_key(x))
-    return leaves, Signature(treedef, tuple(keys))
+        # A weak type (`jnp.asarray(3)`) would select another program than `np.int32(3)`.
+        return jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x
+    if type(x) is int:  # the common per-call `pos=`: skip the generic path
+        if too_wide(x):
+            if placeholder:
+                return np.zeros((), _int())
+            raise InputTooWideError
+        return np.asarray(x, _int())
+    if isinstance(x, bool | int | float | complex | np.generic | np.ndarray):
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biufc":
+            raise GraphInputError(
+                f"a graph input has dtype {arr.dtype}", fix="pass numeric arrays or numbers"
+            )
+        dtype = jax.dtypes.canonicalize_dtype(arr.dtype)
+        if arr.dtype == dtype:
+            return arr
+        if too_wide(arr):  # astype would wrap it around
+            if placeholder:
+                return np.zeros(arr.shape, dtype)
+            raise InputTooWideError
+        return arr.astype(dtype)
+    raise GraphInputError(
+        f"a graph input is a {type(x).__name__} ({x!r:.60}), not an array or a number",
+        fix="pass arrays, numbers or pytrees of them; fixed configuration belongs in __init__",
+    )
+
+
+def canonical_inputs(graph: str, inputs: tuple, per_call: dict, *, placeholder: bool = False):
+    """`(inputs, per_call)` with every leaf an array of JAX's canonical dtype, never weak-typed (a
+    new value never recompiles).
+
+    Raises:
+        GraphInputError: (E1410) for a leaf that is not numeric, or a tracer.
+        InputTooWideError: for an int too wide for JAX's int dtype; with `placeholder`, a zero of
+            that dtype stands in for it instead.
+    """
+    return jax.tree.map(lambda x: _canonical(x, graph, placeholder), (inputs, per_call))
+
+
+def signature(graph: str, inputs: tuple, per_call: dict) -> tuple[Signature, list]:
+    """The signature that picks the compiled program, and the canonical input leaves."""
+    return Signature.of(canonical_inputs(graph, inputs, per_call))

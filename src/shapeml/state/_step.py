@@ -3,14 +3,16 @@
 The same `Step` serves the compiled path (values are tracers, traced once) and the reference path
 (eager arrays on the host CPU, where every index is concrete and checked at once). Writes update
 the state in body order, as plain JAX would (`dynamic_update_slice`, in place under donation), and
-reads see them. Every traced index goes into the step's `IndexChecks`; the graph runs those checks
-before the step, so a step with a bad index never runs at all.
+reads see them. Every traced index goes into the step's `IndexChecks` (also those of every `KVCache`
+in a state, bound to the list while the body runs); the graph runs those checks before the step, so
+a step with a bad index never runs at all.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -19,8 +21,9 @@ from .. import _jax_internals as jxi
 from ._decl import Decl, ParamDecl, StateDecl
 from ._errors import StateIndexError, StateIndexTypeError, StateWriteError
 from ._index import IndexChecks, check_index, span
+from ._kvcache import KVCache
 
-__all__ = ["StateView", "Step"]
+__all__ = ["StateView", "Step", "bind_caches"]
 
 
 class Step:
@@ -38,6 +41,7 @@ class Step:
         self.states = dict(states)
         self.kinds = {attr: type(value) for attr, value in states.items()}
         self.checks = checks
+        self._bound: dict[str, IndexChecks] = {}
 
     def get(self, attr: str):
         """`self.<attr>` inside body: a weight's value, a `StateView`, or a pytree state."""
@@ -46,9 +50,11 @@ class Step:
             return self.weights[attr]
         if decl.is_array:
             return StateView(self, attr)
-        value = self.states[attr]
-        # A pytree state that checks indices (a KVCache) records them in this step's list.
-        return value.with_checks(self.checks) if hasattr(value, "with_checks") else value
+        # Every KVCache in a pytree state, nested or not, records its indices in this step's
+        # list (one bound list per state: the same static field each time it is read).
+        if attr not in self._bound:
+            self._bound[attr] = self.checks.named(f"state `{decl.name}`")
+        return bind_caches(self.states[attr], self._bound[attr])
 
     def assign(self, attr: str, value) -> None:
         """Replaces a whole state (`self.total = new`), checking its leaves, shapes, dtypes."""
@@ -89,6 +95,16 @@ class Step:
         update = jnp.reshape(new, [n for _, n, _ in spec])
         starts = [s for s, _, _ in spec]
         self.states[attr] = lax.dynamic_update_slice(self.states[attr], update, starts)
+
+
+def bind_caches(tree, checks: IndexChecks | None):
+    """`tree` with every `KVCache` in it (at any depth) checking its positions into `checks`;
+    `None` unbinds them, as for everything that leaves a graph's body."""
+    return jax.tree.map(
+        lambda x: x.with_checks(checks) if isinstance(x, KVCache) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, KVCache),
+    )
 
 
 class StateView:

@@ -14,7 +14,8 @@ import numpy as np
 from .._cast import cast_host_array
 from .._errors import similar
 from ..models import Model
-from ._decl import Decl, ParamDecl, StateDecl, leaf_name, state_model_class
+from ..models._introspect import dotted_name
+from ._decl import Decl, ParamDecl, StateDecl, state_model_class
 from ._errors import (
     GraphDeclarationError,
     LoadStateDictError,
@@ -155,7 +156,7 @@ class Storage:
             self._cls = state_model_class(self.graph, list(self.state_decls.values()))
             abstract = jax.eval_shape(self._cls.init)
             flat, self._def = jax.tree_util.tree_flatten_with_path(abstract)
-            self._names = [leaf_name(p) for p, _ in flat]
+            self._names = [dotted_name(p) for p, _ in flat]
 
     def state_def(self):
         self._layout()
@@ -203,7 +204,7 @@ class Storage:
                     x = jax.lax.with_sharding_constraint(x, decl.sharding)
                 by_name[decl.full_name(leaf)] = x
         flat, treedef = jax.tree_util.tree_flatten_with_path(template)
-        return jax.tree.unflatten(treedef, [by_name[leaf_name(p)] for p, _ in flat])
+        return jax.tree.unflatten(treedef, [by_name[dotted_name(p)] for p, _ in flat])
 
     def read(self, attr: str):
         """A host numpy copy of the device state (a copy: the next call donates the buffer)."""
@@ -224,7 +225,7 @@ class Storage:
 
     def set_host_model(self, model: Model) -> None:
         flat = jax.tree_util.tree_flatten_with_path(model)[0]
-        self._host.update({leaf_name(p): x for p, x in flat})
+        self._host.update({dotted_name(p): x for p, x in flat})
 
     def host_copy(self, attr: str):
         decl = self.decls[attr]
@@ -254,14 +255,14 @@ class Storage:
                 out[name] = np.array(self.device_by_name()[name], copy=True)
         return out
 
-    def load_states(self, states: Model) -> None:
+    def load_states(self, states: Any) -> None:
         if not isinstance(states, Model):
             raise LoadStateDictError(
                 f"load_states takes an sm.Model like graph.states, got {type(states).__name__}",
                 fix="pass graph.states, or sm.load(path, like=graph.states)",
             )
         flat = jax.tree_util.tree_flatten_with_path(states)[0]
-        self.load({leaf_name(p): x for p, x in flat}, require="states")
+        self.load({dotted_name(p): x for p, x in flat}, require="states")
 
     def load(self, entries: dict[str, Any], *, require: str) -> None:
         """Checks every entry, then binds them all or none. `require` is "weights" (each weight

@@ -266,7 +266,7 @@ class CachedDecoder(Graph):
 
     `logits = dec(tokens, pos=p)` runs `step` for `tokens [b, n]` at positions `p .. p + n - 1`;
     the cache is updated in place, `p` is traced (one compile per `n`), and a position outside the
-    context raises `StateIndexError` after the call and leaves the cache as it was.
+    context raises `StateIndexError` before anything runs, so the cache stays as it was.
 
     Example:
         >>> dec = CachedDecoder(Transformer.init(seed=0), batch=1)
