@@ -7,7 +7,8 @@ Measures, in one run, the time per decoded token (with `jax.block_until_ready`):
   (b) the compiled JAX step, called once per token (the cache goes back and forth);
   (c) `generate`, the whole trace in one compiled call;
   (d) `generate` with tp=2, in a subprocess with two forced host devices (the model placed on
-      the mesh once, `tp_params`).
+      the mesh once, `tp_params`), and the tp=2 step per token both with the placed model and
+      with the plain one (`decode_step(..., tp=2)`, whose placement is cached per model).
 (a), (b) and (c) are timed together by the shared interleaved timer (`_timing.interleaved`:
 shuffled order each round), so machine noise hits them alike. The last line is the budget
 line: the per-token speedup of (c) over (a).
@@ -51,7 +52,7 @@ def measure(tp: int | None) -> dict[str, float]:
     n = m.ctx - len(prompt) + 1  # fill the context: ctx decode steps
     steps = len(prompt) + n - 1
 
-    def step_loop():
+    def step_loop(m=m):
         cache, seq = m.init_cache(), list(prompt)
         for pos in range(steps):
             _, nxt, cache = m.decode_step(seq[pos], pos, cache, tp=tp)
@@ -85,13 +86,14 @@ def measure(tp: int | None) -> dict[str, float]:
             / steps
         )
         out["step"] = median_time(step_loop, repeat=5) / steps
+        out["step_plain"] = median_time(lambda: step_loop(base), repeat=5) / steps
     return out
 
 
 def main() -> None:
     if "--child-tp" in sys.argv:
         r = measure(int(sys.argv[sys.argv.index("--child-tp") + 1]))
-        print(f"CHILD {r['generate']} {r['step']}")
+        print(f"CHILD {r['generate']} {r['step']} {r['step_plain']}")
         return
     r = measure(None)
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
@@ -103,7 +105,7 @@ def main() -> None:
         check=True,
     )
     line = next(ln for ln in child.stdout.splitlines() if ln.startswith("CHILD"))
-    tp_gen, tp_step = map(float, line.split()[1:])
+    tp_gen, tp_step, tp_plain = map(float, line.split()[1:])
     us = lambda s: f"{s * 1e6:8.1f} us/token ({1 / s:8.0f} tokens/s)"
     print(f"shipped model, prompt {PROMPT!r}, {r['steps']} decode steps per trace")
     print(f"(a) numpy reference, token by token : {us(r['reference'])}")
@@ -111,7 +113,7 @@ def main() -> None:
     print(f"(c) generate, one compiled call     : {us(r['generate'])}")
     print(
         f"(d) generate, tp=2 (2 host devices) : {us(tp_gen)}   [tp=2 step per token: "
-        f"{tp_step * 1e6:.1f} us]"
+        f"{tp_step * 1e6:.1f} us placed (tp_params), {tp_plain * 1e6:.1f} us plain]"
     )
     print(f"int8_step_vs_reference: ratio={r['reference'] / r['step']:.2f}")
     print(f"int8_generate_vs_reference: ratio={r['reference'] / r['generate']:.1f} (budget >= 10)")

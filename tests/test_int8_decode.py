@@ -113,19 +113,49 @@ def test_pure_functions_are_the_methods():
     cache = m.init_cache()
     step = jax.jit(int8.step)
     for pos, tok in enumerate([1, 4, 2, 7]):
+        # the pure numpy step vs the compiled JAX step, on every intermediate
         ref = int8.reference_step(m, tok, pos, kc, vc)
-        want = m.reference_step(tok, pos, kc, vc)
-        assert set(ref) == set(want)
+        got = m.step_intermediates(tok, pos, cache)
+        assert set(ref) == set(got)
         for k in ref:
-            np.testing.assert_array_equal(ref[k], want[k])
+            np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{k} at pos {pos}")
+        # the pure JAX step under a user's jit (the pairs traced, not folded in): the same
         r = step(m, jnp.int32(tok), jnp.int32(pos), cache)
         np.testing.assert_array_equal(np.asarray(r["logits"]), ref["logits"])
+        np.testing.assert_array_equal(np.asarray(r["k_cache"]), ref["k_cache"])
         kc, vc, cache = ref["k_cache"], ref["v_cache"], r["cache"]
     assert int8.reference_generate(m, [1, 2], 5) == m.reference_generate([1, 2], 5)
     buf = np.zeros(m.ctx + 1, np.int32)
     buf[:2] = [1, 2]
     out, preds, _ = jax.jit(int8.generate_loop)(m, buf, jnp.int32(2), jnp.int32(6))
     assert np.asarray(out)[2:7].tolist() == m.generate([1, 2], 5)
+
+
+def test_the_pure_reference_checks_its_inputs():
+    m = Int8Model.random(9, **CONFIGS["base"])
+    kc, vc = _zeros(m)
+    with pytest.raises(int8.Int8PositionError, match="pos = -1"):
+        int8.reference_step(m, 0, -1, kc, vc)  # would read the last row
+    with pytest.raises(int8.Int8TokenError, match="16"):
+        int8.reference_step(m, 16, 0, kc, vc)
+    with pytest.raises(int8.Int8PositionError, match="k_cache"):
+        int8.reference_step(m, 0, 0, kc[:3], vc)
+    with pytest.raises(int8.Int8PromptError, match="ctx = 16"):
+        int8.reference_generate(m, list(range(10)), 10)
+    with pytest.raises(int8.Int8PromptError, match="empty"):
+        int8.reference_generate(m, [], 1)
+
+
+def test_new_meta_shares_the_compiled_programs():
+    # the statics (tokens, meta_json) are no part of the compile key: the decode never reads them
+    m = Int8Model.random(11, **CONFIGS["base"])
+    want = m.generate([1, 2], 3)
+    m.decode_step(1, 0, m.init_cache())
+    builds = int8.PROGRAMS.builds
+    other = m.replace(meta_json='{"note": "re-exported"}', tokens=tuple(f"w{i}" for i in range(16)))
+    assert other.generate([1, 2], 3) == want
+    other.decode_step(1, 0, other.init_cache())
+    assert int8.PROGRAMS.builds == builds
 
 
 def test_the_pure_step_checks_tokens_and_positions_under_a_users_jit():

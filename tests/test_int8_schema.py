@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+import safetensors
+import safetensors.numpy
 
 import shapeml as sm
 from shapeml import ShapemlError, int8
@@ -33,7 +35,8 @@ def test_round_trip_through_a_file(base, tmp_path):
     assert m2.generate([1, 2], 3) == m.generate([1, 2], 3)
     assert json.loads(path.read_text())["format"] == int8.FORMAT
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
-    m.save(tmp_path / "old.json")  # the deprecated name of to_json(path)
+    with pytest.warns(DeprecationWarning, match="to_json"):
+        m.save(tmp_path / "old.json")  # the deprecated name of to_json(path)
     assert (tmp_path / "old.json").read_text() == text
 
 
@@ -74,6 +77,57 @@ def test_bad_tables_are_refused_outside_the_json_path_too(base):
         m.replace(tokens=("a", "b"))
     with pytest.raises(ShapemlError, match="wq"):
         m.replace(wq=np.zeros((16, 15), np.int8))
+
+
+def test_sizes_bounds_and_tokens_are_checked_on_every_build(base, tmp_path):
+    # the JSON path's size, bounds and token checks run on init, replace and sm.load too
+    with pytest.raises(int8.Int8AccumulatorError, match="ctx \\* 127 \\* 128"):
+        Int8Model.init(0, tokens=tuple("abc"), V=3, T=140000, D=8, H=2, F=8)
+    with pytest.raises(int8.Int8SizeError, match="`dims.ctx` = 9000 exceeds"):
+        Int8Model.init(0, tokens=tuple("abc"), V=3, T=9000, D=8, H=2, F=8)
+    with pytest.raises(int8.Int8SizeError, match="does not divide"):
+        Int8Model.init(0, tokens=tuple("abc"), V=3, D=8, H=3)
+    m = Int8Model.from_json(base)
+    with pytest.raises(int8.Int8FileError, match="two ids the same way"):
+        m.replace(tokens=("a",) * 7)
+    with pytest.raises(int8.Int8FileError, match="non-empty"):
+        m.replace(tokens=("", *m.tokens[1:]))
+    # sm.load: a checkpoint whose statics or dims break the invariants is refused
+    sm.save(tmp_path / "m.safetensors", m)
+    arrays = safetensors.numpy.load_file(tmp_path / "m.safetensors")
+    with safetensors.safe_open(tmp_path / "m.safetensors", "np") as f:
+        meta = f.metadata()
+    meta = dict(meta, **{"shapeml.static": json.dumps({"tokens": ["a"] * 7, "meta_json": "{}"})})
+    safetensors.numpy.save_file(arrays, tmp_path / "dup.safetensors", meta)
+    with pytest.raises(int8.Int8FileError, match="two ids the same way"):
+        sm.load(tmp_path / "dup.safetensors", Int8Model)
+    dims = dict(V=3, T=140000, D=8, H=2, F=8, E=4)
+    big = {
+        n: np.zeros(s.shape_in(Int8Model.dims.resolve(**dims)), np.int8)
+        for n, s in Int8Model.__shapeml_fields__.items()
+        if s.dtype == np.int8
+    }
+    big["exp_table"] = np.array([4, 3, 2, 1], np.int32)
+    big["requant_pairs"] = np.ones((10, 2), np.int32)
+    meta = dict(
+        meta,
+        **{
+            "shapeml.static": json.dumps({"tokens": list("abc"), "meta_json": "{}"}),
+            "shapeml.dims": json.dumps(dims),
+        },
+    )
+    safetensors.numpy.save_file(big, tmp_path / "big.safetensors", meta)
+    with pytest.raises(int8.Int8AccumulatorError, match="2147483647"):
+        sm.load(tmp_path / "big.safetensors", Int8Model)
+
+
+def test_shape_errors_name_the_files_dims(base):
+    obj = bad(base, _set(["tensors", "positions"], [0] * 3))
+    with pytest.raises(int8.Int8ShapeError, match=r"\[ctx d\] = \(5, 16\)"):
+        Int8Model.from_json(obj)
+    obj = bad(base, _set(["tensors", "wq"], [0] * 3))
+    with pytest.raises(int8.Int8ShapeError, match=r"\[d heads\*\(d/heads\)\]"):
+        Int8Model.from_json(obj)
 
 
 def _set(path, value):
@@ -118,8 +172,8 @@ CASES = [
     (_set(["tokens"], ["a"] * 7), int8.Int8FileError, "E1601", "'a'"),
     (_set(["meta"], [1]), int8.Int8FileError, "E1601", "`meta`"),
     (_set(["tensors", "wq"], [0] * 255), int8.Int8ShapeError, "E1602", "needs 256"),
-    (_set(["tensors", "positions"], [0] * 81), int8.Int8ShapeError, "E1602", "[T D] = (5, 16)"),
-    (_set(["tokens"], ["a", "b"]), int8.Int8ShapeError, "E1602", "dims.vocab = 7"),
+    (_set(["tensors", "positions"], [0] * 81), int8.Int8ShapeError, "E1602", "[ctx d] = (5, 16)"),
+    (_set(["tokens"], ["a", "b"]), int8.Int8ShapeError, "E1602", "dims.vocab = V = 7"),
     (_set(["tensors", "w2", 5], 128), int8.Int8ValueError, "E1603", "`tensors.w2[5]` = 128"),
     (_set(["tensors", "eq", 0], -129), int8.Int8ValueError, "E1603", "-129"),
     (_set(["tensors", "wv", 3], 1.5), int8.Int8ValueError, "E1603", "`tensors.wv[3]` = 1.5"),

@@ -64,9 +64,12 @@ def float_model():
 
 
 def test_the_deprecated_names_still_work():
-    assert int8.tiny_model is int8_sort.tiny_model
-    assert int8.TINY_MODEL_PATH == int8_sort.TINY_MODEL_PATH
-    assert int8.TINY_FLOAT_PATH == int8_sort.TINY_FLOAT_PATH
+    with pytest.warns(DeprecationWarning, match="shapeml.apps.int8_sort.tiny_model"):
+        assert int8.tiny_model is int8_sort.tiny_model
+    with pytest.warns(DeprecationWarning, match="TINY_MODEL_PATH"):
+        assert int8.TINY_MODEL_PATH == int8_sort.TINY_MODEL_PATH
+    with pytest.warns(DeprecationWarning, match="TINY_FLOAT_PATH"):
+        assert int8.TINY_FLOAT_PATH == int8_sort.TINY_FLOAT_PATH
     with pytest.raises(AttributeError):
         int8.no_such_name  # noqa: B018
 

@@ -15,14 +15,18 @@ from ._errors import Int8PositionError
 __all__ = ["cache_from_rows", "cache_rows", "check_cache", "init_cache"]
 
 
-def init_cache(m) -> KVCache:
-    """An empty cache for `m`: k, v int8 `[1 1 T H Dh]` (layer, batch, position, head, lane)."""
-    return KVCache(1, m.dims.T, m.dims.H, m.dims.Dh, jnp.int8, batch=1, name="int8 KV cache")
+def init_cache(m, *, heads: int | None = None) -> KVCache:
+    """An empty cache for `m`: k, v int8 `[1 1 T H Dh]` (layer, batch, position, head, lane);
+    `heads`: a device's share of H under tensor parallel (default: all H)."""
+    dims = m.dims
+    heads = dims.H if heads is None else heads
+    return KVCache(1, dims.T, heads, dims.Dh, jnp.int8, batch=1, name="int8 KV cache")
 
 
-def check_cache(m, cache: Any) -> KVCache:
-    """`cache` if it is a KVCache of `m`'s layout, else Int8PositionError (E1610)."""
-    want = (1, 1, m.dims.T, m.dims.H, m.dims.Dh)
+def check_cache(dims, cache: Any) -> KVCache:
+    """`cache` if it is a KVCache of the layout of a model with these dims (`m.dims`), else
+    Int8PositionError (E1610)."""
+    want = (1, 1, dims.T, dims.H, dims.Dh)
     if not isinstance(cache, KVCache):
         raise Int8PositionError(
             f"cache must be a shapeml.state.KVCache, got {type(cache).__name__}",
@@ -39,7 +43,7 @@ def check_cache(m, cache: Any) -> KVCache:
 
 def cache_rows(m, cache: KVCache) -> tuple[np.ndarray, np.ndarray]:
     """Keys and values as int8 [ctx d] numpy arrays: row j is position j (the reference's view)."""
-    cache = check_cache(m, cache)
+    cache = check_cache(m.dims, cache)
     k, v = jax.device_get((cache.k, cache.v))
     shape = (m.dims.T, m.dims.D)
     return np.asarray(k).reshape(shape), np.asarray(v).reshape(shape)

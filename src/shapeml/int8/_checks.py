@@ -12,44 +12,45 @@ from .. import _jax_internals as jxi
 from ._errors import (
     Int8PositionError,
     Int8PromptError,
-    Int8ShapeError,
     Int8SizeError,
     Int8TokenError,
 )
 from ._numerics import REQUANT_POINTS
-from ._schema import check_exp_table, check_requant
+from ._schema import check_exp_table, check_requant, check_sizes, check_tokens
 
-__all__ = ["check_model", "check_pos", "check_prompt", "check_token"]
+__all__ = ["check_model", "check_pos", "check_prompt", "check_rows", "check_token"]
 
 
 def check_model(m) -> None:
-    """What the field declarations cannot say: `tokens` spells V ids, H divides D, and (when the
-    tables are concrete, i.e. not while JAX traces) the exp table and requant pairs are valid.
+    """What the field declarations cannot say, on every build (constructor, `init`, `replace`,
+    `sm.load`, `from_json`): H divides D, the int32 accumulator bounds and size caps hold,
+    `tokens` spells V distinct non-empty strings, and (when the tables are concrete, i.e. not
+    while JAX traces) the exp table and requant pairs are valid. The file validation
+    (`_schema.validate`) runs the same helpers, in an order that reads no tensor it has not sized.
 
     Raises:
-        Int8ShapeError (E1602), Int8SizeError (E1607), Int8ExpTableError (E1604),
-        Int8RequantError (E1605).
+        Int8SizeError (E1607), Int8AccumulatorError (E1606), Int8FileError (E1601),
+        Int8ShapeError (E1602), Int8ExpTableError (E1604), Int8RequantError (E1605).
     """
-    if len(m.tokens) != m.dims.V:
-        raise Int8ShapeError(
-            f"`tokens` holds {len(m.tokens)} strings, but the vocabulary V = {m.dims.V}",
-            fix="give exactly one string per token id",
-        )
-    if m.dims.D % m.dims.H:
+    dims = m.dims  # a property that resolves the dims: read it once
+    if dims.D % dims.H:
         raise Int8SizeError(
-            f"heads H = {m.dims.H} does not divide the width D = {m.dims.D}",
+            f"heads H = {dims.H} does not divide the width D = {dims.D}",
             fix="choose heads so that d / heads is an integer (the head width)",
         )
-    if jxi.is_tracer(m.exp_table) or jxi.is_tracer(m.requant_pairs):
-        return  # built inside a transformation (e.g. `Int8Model.init` under jit)
-    check_exp_table(np.asarray(m.exp_table).tolist())
-    pairs = np.asarray(m.requant_pairs).tolist()
-    check_requant(dict(zip(REQUANT_POINTS, pairs, strict=True)))
+    concrete = not (jxi.is_tracer(m.exp_table) or jxi.is_tracer(m.requant_pairs))
+    # Traced (e.g. `Int8Model.init` under jit): the bounds that do not read the table's values.
+    table0 = check_exp_table(np.asarray(m.exp_table).tolist())[0] if concrete else 1
+    check_sizes(type(m), dims, int(table0))
+    check_tokens(m.tokens, dims.V)
+    if concrete:
+        pairs = np.asarray(m.requant_pairs).tolist()
+        check_requant(dict(zip(REQUANT_POINTS, pairs, strict=True)))
 
 
-def check_token(m, tok: Any, where: str, *, vocab: int | None = None) -> int:
-    """`tok` as an int in 0..V-1, or Int8TokenError (E1608). (`vocab`: m.dims.V, if known.)"""
-    t, v = int(tok), m.dims.V if vocab is None else vocab
+def check_token(dims, tok: Any, where: str) -> int:
+    """`tok` as an int in 0..V-1, or Int8TokenError (E1608). (`dims`: the model's, `m.dims`.)"""
+    t, v = int(tok), dims.V
     if not 0 <= t < v:
         raise Int8TokenError(
             f"{where} = {t} is outside the vocabulary 0..{v - 1}",
@@ -58,10 +59,9 @@ def check_token(m, tok: Any, where: str, *, vocab: int | None = None) -> int:
     return t
 
 
-def check_pos(m, pos: Any) -> int:
+def check_pos(dims, pos: Any) -> int:
     """`pos` as an int in 0..ctx-1, or Int8PositionError (E1610)."""
-    p = int(pos)
-    ctx = m.dims.T
+    p, ctx = int(pos), dims.T
     if not 0 <= p < ctx:
         raise Int8PositionError(
             f"pos = {p} is outside 0..{ctx - 1} (ctx = {ctx})",
@@ -70,18 +70,27 @@ def check_pos(m, pos: Any) -> int:
     return p
 
 
-def check_prompt(m, prompt: Sequence[int], n: int) -> list[int]:
+def check_rows(dims, rows: Any, name: str) -> None:
+    """Int8PositionError (E1610) unless `rows` is a reference cache: int8 [T D]."""
+    shape, dtype = np.shape(rows), getattr(rows, "dtype", None)
+    if shape != (dims.T, dims.D) or dtype != np.int8:
+        raise Int8PositionError(
+            f"{name} is {dtype}{shape}, expected int8{(dims.T, dims.D)}",
+            fix="start from zeros: np.zeros((ctx, d), np.int8), or `model.cache_rows(cache)`",
+        )
+
+
+def check_prompt(dims, prompt: Sequence[int], n: int) -> list[int]:
     """The prompt as ints, checked with `n` tokens to generate: every token in the vocabulary
     (E1608), at least one token, n >= 0, and len(prompt) + n - 1 <= ctx (E1609)."""
-    vocab = m.dims.V
-    prompt = [check_token(m, t, f"prompt[{i}]", vocab=vocab) for i, t in enumerate(prompt)]
+    prompt = [check_token(dims, t, f"prompt[{i}]") for i, t in enumerate(prompt)]
     if not prompt:
         raise Int8PromptError("the prompt is empty", fix="give at least one token")
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
         raise Int8PromptError(
             f"n = {n!r} must be a non-negative integer", fix="ask for n >= 0 generated tokens"
         )
-    ctx = m.dims.T
+    ctx = dims.T
     if len(prompt) + n - 1 > ctx:
         raise Int8PromptError(
             f"a prompt of {len(prompt)} tokens plus n = {n} generated tokens feeds "

@@ -12,9 +12,11 @@ from collections.abc import Callable
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..state import KVCache
+from ._cache import init_cache
 from ._numerics import REQUANT_POINTS, requant_jax
 
 __all__ = ["Projection", "generate_loop", "project", "step"]
@@ -30,7 +32,7 @@ def _mv(x: jax.Array, w: jax.Array) -> jax.Array:
 
 
 def project(
-    x: jax.Array, w: jax.Array, pair: jax.Array, axis: str | None = None
+    x: jax.Array, w: jax.Array, pair: jax.Array | np.ndarray, axis: str | None = None
 ) -> tuple[jax.Array, jax.Array]:
     """An output projection (Wo, W2), the rule: `acc = x @ w`, all-reduced over `axis` when the
     rows of `w` are split over devices, then one requant of the sum.
@@ -38,7 +40,7 @@ def project(
     Args:
         x: int8 [n], this device's slice of the input.
         w: int8 [n m], the matching rows.
-        pair: int32 [2], the requant's (M, S).
+        pair: int32 [2], the requant's (M, S) (numpy: a compile-time constant).
         axis: the mesh axis the rows are split over (None: unsplit).
 
     Returns:
@@ -74,8 +76,9 @@ def step(
         (scores/dist/idx/e/p at j > pos are 0). Includes `cache` (the new KVCache), `k_cache`,
         `v_cache` (its rows as [T heads*Dh]), `logits`, `next`.
     """
-    pairs = m.requant_pairs
-    rq = lambda x, name: requant_jax(x, *pairs[REQUANT_POINTS.index(name)])
+    pairs = m.requant_pairs  # numpy constants in the compiled programs (`_programs.py`)
+    pair = lambda name: pairs[REQUANT_POINTS.index(name)]
+    rq = lambda x, name: requant_jax(x, *pair(name))
     i32 = lambda a: a.astype(jnp.int32)
     heads, dh = cache.heads, cache.head_dim  # this device's heads
     r: dict[str, jax.Array] = {}
@@ -108,7 +111,6 @@ def step(
     )
     r["attn_acc"] = attn_acc.reshape(-1)
     r["attn"] = rq(r["attn_acc"], "attn")
-    pair = lambda name: pairs[REQUANT_POINTS.index(name)]
     r["wo_acc"], r["wo"] = project(r["attn"], m.wo, pair("wo"), axis)
     r["res1"] = rq(i32(x0), "res1")
     r["x1"] = jnp.clip(i32(r["res1"]) + i32(r["wo"]), -128, 127).astype(jnp.int8)
@@ -161,7 +163,7 @@ def generate_loop(
     preds = jnp.zeros((ctx,), jnp.int32)
     # The cache starts empty inside the program: nothing to upload per call. Its heads are this
     # device's: the columns of Wq it holds, over the head width.
-    cache = KVCache(1, ctx, m.wq.shape[1] // dh, dh, jnp.int8, batch=1, name="int8 KV cache")
+    cache = init_cache(m, heads=m.wq.shape[1] // dh)
     if axis is not None:  # each device's slice of the cache differs (shard_map)
         cache = jax.tree.map(lambda a: lax.pcast(a, axis, to="varying"), cache)
     return lax.fori_loop(jnp.int32(0), steps, body, (buf, preds, cache))

@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import types
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -127,6 +128,11 @@ class Int8Model(Model):
     def save(self, path: str | os.PathLike) -> None:
         """Deprecated alias of `to_json(path)`: writes the JSON model file atomically. (A
         safetensors checkpoint is `sm.save(path, m)`.)"""
+        warnings.warn(
+            "Int8Model.save(path) is deprecated: use to_json(path) (or sm.save for a checkpoint)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         self.to_json(path)
 
     @classmethod
@@ -252,21 +258,18 @@ class Int8Model(Model):
             name -> int64 array, including `logits` [vocab], `next`, and the updated `k_cache`,
             `v_cache` (int8 [ctx d]). Attention intermediates are [heads pos+1].
         """
-        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
         return _reference.reference_step(self, tok, pos, k_cache, v_cache)
 
     @_host_method
     def reference_generate(self, prompt: Sequence[int], n: int) -> tuple[list[int], list[int]]:
         """The numpy reference stepped token by token: `(generated, preds)` like `generate`."""
-        prompt = _checks.check_prompt(self, prompt, n)
         return _reference.reference_generate(self, prompt, n)
 
     @_host_method
     def step_intermediates(self, tok: int, pos: int, cache: KVCache) -> dict[str, np.ndarray]:
         """The JAX step's intermediates, named and shaped as `reference_step`'s (masked attention
         columns cut off), for checking the two against each other."""
-        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
-        return _programs.intermediates(self, tok, pos, _cache.check_cache(self, cache))
+        return _programs.intermediates(self, tok, pos, cache)
 
     @_host_method
     def decode_step(
@@ -283,8 +286,7 @@ class Int8Model(Model):
         Returns:
             logits int32 [vocab], next int32 (the first maximal logit), the new cache.
         """
-        tok, pos = _checks.check_token(self, tok, "tok"), _checks.check_pos(self, pos)
-        return _programs.step(self, tok, pos, _cache.check_cache(self, cache), tp=tp)
+        return _programs.step(self, tok, pos, cache, tp=tp)
 
     @_host_method
     def generate_arrays(
@@ -295,8 +297,7 @@ class Int8Model(Model):
         buf int32 [ctx+1] holds prompt then generated tokens; preds int32 [ctx] the `next` of
         each fed position (0 past the trace); cache the final KV cache. One compiled call.
         """
-        prompt = _checks.check_prompt(self, prompt, n)
-        return _programs.generate(self, prompt, len(prompt) + n - 1, tp=tp)
+        return _programs.generate(self, prompt, n, tp=tp)
 
     @_host_method
     def generate(self, prompt: Sequence[int], n: int, *, tp: int | None = None) -> list[int]:
@@ -315,8 +316,7 @@ class Int8Model(Model):
     def prompt_next_tokens(self, prompt: Sequence[int], *, tp: int | None = None) -> list[int]:
         """The next token each step over `prompt` predicts (len(prompt) ids; the last is the first
         token `generate` would append)."""
-        prompt = _checks.check_prompt(self, prompt, 1)
-        _, preds, _ = _programs.generate(self, prompt, len(prompt), tp=tp)
+        _, preds, _ = _programs.generate(self, prompt, 1, steps=len(prompt), tp=tp)
         return np.asarray(preds)[: len(prompt)].tolist()
 
     # -- tensor parallel ----------------------------------------------------------------------

@@ -52,7 +52,9 @@ def requant(x, m: int, s: int) -> np.ndarray:
     return np.clip(y, -128, 127).astype(np.int8)
 
 
-def requant_jax(x: jax.Array, m: int | jax.Array, s: int | jax.Array) -> jax.Array:
+def requant_jax(
+    x: jax.Array, m: int | np.integer | jax.Array, s: int | np.integer | jax.Array
+) -> jax.Array:
     """The requant rule in JAX, usable inside any `jit`, `shard_map` or loop.
 
     Only the requant's own ops run in 64-bit mode (a `jax.enable_x64` scope around them, so the
@@ -61,8 +63,8 @@ def requant_jax(x: jax.Array, m: int | jax.Array, s: int | jax.Array) -> jax.Arr
 
     Args:
         x: int32 array of any shape.
-        m: multiplier: a Python int, or an integer scalar array (a row of a model's
-            `requant_pairs`, traced with the model).
+        m: multiplier: a Python or numpy int (a compile-time constant: the compiled decode
+            programs fold a model's `requant_pairs` in), or a traced integer scalar array.
         s: shift, the same kinds.
 
     Returns:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ._numerics import exp_table, requant_pair
-from ._schema import FILE_DIMS, FORMAT, weight_names
+from ._schema import FILE_DIMS, FORMAT, model_dims, weight_names
 
 __all__ = ["random_model_dict"]
 
@@ -20,10 +20,10 @@ def random_model_dict(
     requant pairs that map a typical accumulator to a spread int8 output (some saturation
     included, on purpose)."""
     rng = np.random.default_rng(seed)
-    dims = {"d": d, "heads": heads, "d_ff": d_ff, "vocab": vocab, "ctx": ctx}
-    model_dims = cls.dims.resolve(**{FILE_DIMS[k]: v for k, v in dims.items()}, E=table_len)
+    dims = dict(zip(FILE_DIMS, (d, heads, d_ff, vocab, ctx), strict=True))
+    mdims = model_dims(cls, dims, table_len)
     specs = cls.__shapeml_fields__
-    shapes = {n: specs[n].shape_in(model_dims) for n in weight_names(cls)}
+    shapes = {n: specs[n].shape_in(mdims) for n in weight_names(cls)}
     tensors = {n: rng.integers(-128, 128, size=s) for n, s in shapes.items()}
     tensors["embed"] = rng.integers(-64, 64, size=shapes["embed"])
     tensors["positions"] = rng.integers(-64, 64, size=shapes["positions"])

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import jax
 import numpy as np
 
+from ._checks import check_pos, check_prompt, check_rows, check_token
 from ._numerics import requant
 
 __all__ = ["reference_generate", "reference_step"]
@@ -24,8 +25,8 @@ def reference_step(
 
     Args:
         m: the model (`Int8Model`; its tables on the host or on a device).
-        tok: the token fed at this position, 0 <= tok < V (checked by the caller).
-        pos: its position, 0 <= pos < T (checked by the caller).
+        tok: the token fed at this position, 0 <= tok < V.
+        pos: its position, 0 <= pos < T.
         k_cache, v_cache: int8 [T D]; rows 0..pos-1 hold the earlier positions' keys/values.
             Not modified.
 
@@ -33,7 +34,20 @@ def reference_step(
         Every intermediate by name (docs/int8.md lists them), as int64 arrays, plus the updated
         caches `k_cache`, `v_cache` (copies with row `pos` written). Attention intermediates have
         shape [heads, pos + 1]: masked positions are not part of the computation.
+
+    Raises:
+        Int8TokenError (E1608), Int8PositionError (E1610): a token or position out of range, or
+        caches that are not int8 [T D].
     """
+    dims = m.dims
+    tok, pos = check_token(dims, tok, "tok"), check_pos(dims, pos)
+    check_rows(dims, k_cache, "k_cache")
+    check_rows(dims, v_cache, "v_cache")
+    return _step(m, tok, pos, k_cache, v_cache)
+
+
+def _step(m, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray):
+    """`reference_step` without the checks (`reference_generate` checked its whole trace)."""
     H, dh = m.dims.H, m.dims.Dh
     i64 = lambda a: np.asarray(a, dtype=np.int64)
     table = np.asarray(m.exp_table)
@@ -86,18 +100,22 @@ def reference_generate(m, prompt: Sequence[int], n: int) -> tuple[list[int], lis
 
     Args:
         m: the model.
-        prompt: token ids (checked by the caller: 1 <= len, len + n - 1 <= T).
+        prompt: token ids, 1 <= len(prompt), len(prompt) + n - 1 <= T.
         n: how many tokens to generate.
 
     Returns:
         `(generated, preds)`: the n generated ids, and the `next` of every fed position.
+
+    Raises:
+        Int8TokenError (E1608), Int8PromptError (E1609).
     """
+    prompt = check_prompt(m.dims, prompt, n)
     m = jax.device_get(m)  # one copy of the tables to the host, not one per step
     kc = np.zeros((m.dims.T, m.dims.D), np.int8)
     vc = np.zeros_like(kc)
     seq, preds = list(prompt), []
     for t in range(len(prompt) + n - 1):
-        r = reference_step(m, seq[t], t, kc, vc)
+        r = _step(m, seq[t], t, kc, vc)
         kc, vc = r["k_cache"], r["v_cache"]
         preds.append(int(r["next"]))
         if t + 1 >= len(prompt):

@@ -11,6 +11,8 @@ values). Every failure names the field.
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -40,6 +42,9 @@ __all__ = [
     "FORMAT",
     "check_exp_table",
     "check_requant",
+    "check_sizes",
+    "check_tokens",
+    "model_dims",
     "to_dict",
     "validate",
     "weight_names",
@@ -141,39 +146,45 @@ def check_exp_table(obj: Any) -> np.ndarray:
     return np.asarray(obj, dtype=np.int32)
 
 
-def _check_sizes(cls, dims: dict[str, int], table0: int) -> None:
-    for name, (bound, formula) in accumulator_bounds(_model_dims(cls, dims, 1), table0).items():
+def check_sizes(cls, dims: Mapping[str, int], table0: int) -> None:
+    """The int32 accumulator bounds (E1606), then the size caps (E1607), of model dims `dims`
+    (an `Int8Model`'s `sm.Dims`) and exp-table head `table0`; `cls` declares the weights. Run by
+    `validate` before any tensor is read and by `Int8Model`'s `__check_init__` on every build."""
+    named = {
+        k: int(dims[d]) for k, d in FILE_DIMS.items()
+    }  # as the file (and its author) names them
+    for name, (bound, formula) in accumulator_bounds(dims, table0).items():
         if bound > INT32_MAX:
             raise Int8AccumulatorError(
                 f"the {name} accumulator can reach {formula} = {bound}, above int32's {INT32_MAX}"
-                f" (dims {dims})",
+                f" (dims {named})",
                 fix="reduce the dimension in the formula so that the bound stays below 2**31",
             )
     for k, cap in _CAPS.items():
-        if dims[k] > cap:
+        if named[k] > cap:
             raise Int8SizeError(
-                f"`dims.{k}` = {dims[k]} exceeds the limit {cap}",
+                f"`dims.{k}` = {named[k]} exceeds the limit {cap}",
                 fix=f"int8 models are small: keep {k} <= {cap}",
             )
-    model_dims = _model_dims(cls, dims, 1)
     specs = cls.__shapeml_fields__
-    total = sum(int(np.prod(specs[n].shape_in(model_dims))) for n in weight_names(cls))
+    total = sum(math.prod(specs[n].shape_in(dims)) for n in weight_names(cls))
     if total > _MAX_WEIGHTS:
         raise Int8SizeError(
-            f"the dims {dims} imply {total} weights, above the limit {_MAX_WEIGHTS}",
+            f"the dims {named} imply {total} weights, above the limit {_MAX_WEIGHTS}",
             fix="shrink vocab, ctx, d or d_ff",
         )
 
 
-def _tokens(obj: Any, vocab: int) -> tuple[str, ...]:
-    if not isinstance(obj, list) or not all(isinstance(t, str) and t for t in obj):
+def check_tokens(obj: Any, vocab: int) -> tuple[str, ...]:
+    """The tokens as a tuple: `vocab` distinct non-empty strings, or E1601/E1602."""
+    if not isinstance(obj, (list, tuple)) or not all(isinstance(t, str) and t for t in obj):
         raise Int8FileError(
             "`tokens` must be a list of non-empty strings (one per vocab entry)",
             fix="write `tokens` as the string each token id spells",
         )
     if len(obj) != vocab:
         raise Int8ShapeError(
-            f"`tokens` holds {len(obj)} strings, but dims.vocab = {vocab}",
+            f"`tokens` holds {len(obj)} strings, but the vocabulary dims.vocab = V = {vocab}",
             fix="write exactly one string per token id",
         )
     if len(set(obj)) != len(obj):
@@ -218,7 +229,7 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...], dims: str) -> np.ndarra
             f"`{where}` must be a flat list of integers, got {type(obj).__name__}",
             fix=f"write `{where}` row-major as a flat JSON list",
         )
-    want = int(np.prod(shape))
+    want = math.prod(shape)
     if len(obj) != want:
         raise Int8ShapeError(
             f"`{where}` holds {len(obj)} values, but its shape [{dims}] = {shape} needs {want}",
@@ -242,7 +253,14 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...], dims: str) -> np.ndarra
     return arr.astype(np.int8).reshape(shape)
 
 
-def _model_dims(cls, dims: Mapping[str, int], table_len: int):
+def _file_shape(shape: tuple[int | str, ...]) -> str:
+    """A declared shape in the file's dim names (`T D` -> `ctx d`), as a file's author knows them."""
+    names = {d: k for k, d in FILE_DIMS.items()} | {"Dh": "(d/heads)", "E": "len(exp_table)"}
+    rename = lambda mo: names.get(mo[0], mo[0])
+    return " ".join(re.sub(r"[A-Za-z_]\w*", rename, str(tok)) for tok in shape)
+
+
+def model_dims(cls, dims: Mapping[str, int], table_len: int):
     """The model's `sm.Dims` for the file's dims and exp-table length."""
     return cls.dims.resolve(**{FILE_DIMS[k]: v for k, v in dims.items()}, E=table_len)
 
@@ -270,21 +288,21 @@ def validate(obj: Any, cls) -> dict[str, Any]:
         )
     dims = _dims(obj["dims"])
     table = check_exp_table(obj["exp_table"])
-    _check_sizes(cls, dims, int(table[0]))
-    tokens = _tokens(obj["tokens"], dims["vocab"])
+    mdims = model_dims(cls, dims, len(table))
+    check_sizes(cls, mdims, int(table[0]))
+    tokens = check_tokens(obj["tokens"], dims["vocab"])
     requant = check_requant(obj["requant"])
     names = weight_names(cls)
     _keys(obj["tensors"], "tensors", names)
-    model_dims = _model_dims(cls, dims, len(table))
     specs = cls.__shapeml_fields__
     tensors = {
-        n: _tensor(n, obj["tensors"][n], specs[n].shape_in(model_dims), specs[n].shape_str)
+        n: _tensor(n, obj["tensors"][n], specs[n].shape_in(mdims), _file_shape(specs[n].shape))
         for n in names
     }
     pairs = np.asarray([requant[n] for n in REQUANT_POINTS], np.int32)
     return dict(
         tensors,
-        dims=model_dims,
+        dims=mdims,
         tokens=tokens,
         meta_json=_meta_json(obj.get("meta", {})),
         exp_table=table,

@@ -11,21 +11,24 @@ all-reduces (`psum`) *before* their requant, so the result is the unsplit step b
 from __future__ import annotations
 
 import dataclasses
-import re
+import functools
 from collections.abc import Mapping
 
+import equinox as eqx
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from ..models._dims import names_in
+from ..models._introspect import dotted_name
 from ..state import KVCache
-from ._cache import init_cache
 from ._decode import Projection, generate_loop, project, step
 from ._errors import Int8TensorParallelError
 
 __all__ = [
     "AXIS",
+    "CACHE_SPEC",
     "TensorPlacement",
     "TpManifest",
     "check_tp",
@@ -33,6 +36,8 @@ __all__ = [
     "manifest",
     "mesh",
     "place",
+    "place_cache",
+    "place_tables",
     "specs",
     "tp_generate",
     "tp_step",
@@ -84,28 +89,41 @@ class TpManifest:
 def _split(shape: tuple[int | str, ...]) -> tuple[int | None, str]:
     """The axis of a declared shape to split (the first that reads H or F) and what it holds."""
     for i, tok in enumerate(shape):
-        names = set(re.findall(r"[A-Za-z_]\w*", str(tok)))
+        names = names_in(str(tok))
         for dim, what in _SPLIT_DIMS.items():
             if dim in names:
                 return i, what
     return None, ""
 
 
+@functools.cache
 def _field_splits(cls) -> dict[str, tuple[int | None, str]]:
+    """Field name -> (split axis, what it holds), once per model class."""
     return {n: _split(s.shape) for n, s in cls.__shapeml_fields__.items()}
 
 
+@functools.cache
 def _pspec(ndim: int, axis: int | None) -> P:
     return P() if axis is None else P(*(AXIS if i == axis else None for i in range(ndim)))
+
+
+# Every KVCache leaf (k, v: [layers batch ctx heads head_dim]) is split over its heads: one spec
+# for the whole cache, a pytree prefix, so no cache has to be built to name its specs.
+CACHE_SPEC = _pspec(5, _CACHE_HEADS_AXIS)
+
+
+@functools.cache
+def _sharding(mesh: Mesh, spec: P) -> NamedSharding:
+    return NamedSharding(mesh, spec)
 
 
 def specs(tree):
     """The `PartitionSpec` of every leaf of a model or a KVCache, paired with its field by name."""
     if isinstance(tree, KVCache):
-        return jax.tree.map(lambda a: _pspec(a.ndim, _CACHE_HEADS_AXIS), tree)
+        return jax.tree.map(lambda a: CACHE_SPEC, tree)
     splits = _field_splits(type(tree))
     return jax.tree_util.tree_map_with_path(
-        lambda path, a: _pspec(np.ndim(a), splits[path[0].name][0]), tree
+        lambda path, a: _pspec(np.ndim(a), splits[dotted_name(path)][0]), tree
     )
 
 
@@ -131,8 +149,9 @@ def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
         )
 
 
+@functools.cache
 def make_mesh(tp: int) -> Mesh:
-    """A one-axis mesh (`"tp"`) over the first tp devices."""
+    """A one-axis mesh (`"tp"`) over the first tp devices (one per tp: made once)."""
     return Mesh(np.asarray(jax.devices()[:tp]), (AXIS,))
 
 
@@ -142,15 +161,29 @@ def mesh(m, tp: int) -> Mesh:
     return make_mesh(tp)
 
 
+def _put(x, sharding: NamedSharding):
+    # device_put costs ~50 us per leaf even when nothing moves: skip placed leaves.
+    return x if getattr(x, "sharding", None) == sharding else jax.device_put(x, sharding)
+
+
 def place(tree, mesh: Mesh):
     """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so)."""
+    return jax.tree.map(lambda x, s: _put(x, _sharding(mesh, s)), tree, specs(tree))
 
-    def put(x, spec):
-        sharding = NamedSharding(mesh, spec)
-        # device_put costs ~50 us per leaf even when nothing moves: skip placed leaves.
-        return x if getattr(x, "sharding", None) == sharding else jax.device_put(x, sharding)
 
-    return jax.tree.map(put, tree, specs(tree))
+def place_tables(cls, names: list[str], tables: list, tp: int) -> list:
+    """A model's array leaves (`names`: their dotted paths) placed on the tp-device mesh."""
+    splits, mesh = _field_splits(cls), make_mesh(tp)
+    return [
+        _put(x, _sharding(mesh, _pspec(np.ndim(x), splits[n][0])))
+        for n, x in zip(names, tables, strict=True)
+    ]
+
+
+def place_cache(k, v, tp: int):
+    """A KVCache's k and v placed on the tp-device mesh, split over heads."""
+    sharding = _sharding(make_mesh(tp), CACHE_SPEC)
+    return _put(k, sharding), _put(v, sharding)
 
 
 def manifest(m, tp: int) -> TpManifest:
@@ -179,20 +212,30 @@ def manifest(m, tp: int) -> TpManifest:
     return TpManifest(tp, m.dims.H // tp, m.dims.F // tp, out, tuple(reduced))
 
 
+def _split_model(m):
+    """The model's arrays (through `shard_map`, split as `specs` says) and its host constants
+    (numpy leaves: the requant pairs the compiled programs fold in), closed over."""
+    return eqx.partition(m, lambda x: isinstance(x, jax.Array))
+
+
 def tp_step(mesh: Mesh, *, project: Projection = project):
     """`(model, tok, pos, cache) -> (logits, next, cache)`, the step split over `mesh`, to jit
     (model and cache placed as `place` does); `project` as for `step`."""
 
-    def local(m, tok, pos, cache):
-        r = step(m, tok, pos, cache, axis=AXIS, project=project)
-        return r["logits"], r["next"], r["cache"]
-
     def run(m, tok, pos, cache):
-        cs = specs(cache)
+        arrays, consts = _split_model(m)
+
+        def local(arrays, tok, pos, cache):
+            r = step(eqx.combine(arrays, consts), tok, pos, cache, axis=AXIS, project=project)
+            return r["logits"], r["next"], r["cache"]
+
         f = jax.shard_map(
-            local, mesh=mesh, in_specs=(specs(m), P(), P(), cs), out_specs=(P(), P(), cs)
+            local,
+            mesh=mesh,
+            in_specs=(specs(arrays), P(), P(), CACHE_SPEC),
+            out_specs=(P(), P(), CACHE_SPEC),
         )
-        return f(m, tok, pos, cache)
+        return f(arrays, tok, pos, cache)
 
     return run
 
@@ -201,14 +244,19 @@ def tp_generate(mesh: Mesh, *, project: Projection = project):
     """`(model, buf, plen, steps) -> (buf, preds, cache)`, `generate_loop` split over `mesh`, to
     jit; `project` as for `step`."""
 
-    def local(m, buf, plen, steps):
-        return generate_loop(m, buf, plen, steps, axis=AXIS, project=project)
-
     def run(m, buf, plen, steps):
-        cs = specs(jax.eval_shape(init_cache, m))
+        arrays, consts = _split_model(m)
+
+        def local(arrays, buf, plen, steps):
+            m = eqx.combine(arrays, consts)
+            return generate_loop(m, buf, plen, steps, axis=AXIS, project=project)
+
         f = jax.shard_map(
-            local, mesh=mesh, in_specs=(specs(m), P(), P(), P()), out_specs=(P(), P(), cs)
+            local,
+            mesh=mesh,
+            in_specs=(specs(arrays), P(), P(), P()),
+            out_specs=(P(), P(), CACHE_SPEC),
         )
-        return f(m, buf, plen, steps)
+        return f(arrays, buf, plen, steps)
 
     return run
