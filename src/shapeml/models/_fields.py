@@ -60,6 +60,7 @@ class FieldSpec:
     model: type | None = None
     count: int | str | None = None
     shape: tuple[int | str, ...] = ()
+    decay: bool = True  # weight decay applies to this param (norm scales and biases opt out)
 
     @property
     def shape_str(self) -> str:
@@ -77,13 +78,19 @@ def _declare(spec: FieldSpec):
     return dataclasses.field(metadata={_KEY: spec})
 
 
-def param(init: Callable, *, dtype: Any = None):
+def param(init: Callable, *, dtype: Any = None, decay: bool = True):
     """Declares a trained tensor, initialized by `init` (e.g. `sm.normal(std=0.25)`).
 
     Its shape and dtype come from the annotation; `dtype=` picks one the annotation allows
-    (default: float32 where allowed).
+    (default: float32 where allowed). `decay=False` exempts it from weight decay (norm scales,
+    biases): optimizers with decay build their mask from these declarations.
     """
-    return _declare(FieldSpec("param", init=init, dtype=dtype))
+    if not isinstance(decay, bool):
+        raise FieldDeclarationError(
+            f"sm.param(decay={decay!r}): decay must be True or False",
+            fix="write sm.param(init, decay=False) for a field weight decay must not touch",
+        )
+    return _declare(FieldSpec("param", init=init, dtype=dtype, decay=decay))
 
 
 def buffer(init: Callable, *, dtype: Any = None):
