@@ -69,6 +69,7 @@ CODE_MODULES = (
     "shapeml.testing._contract",
     "shapeml.training._loop",
     "shapeml.zoo.transformer",
+    "shapeml.apps._flags",
 )
 
 

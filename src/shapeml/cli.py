@@ -6,10 +6,23 @@ import argparse
 import os
 import sys
 
-from ._errors import ShapemlError, errors_markdown, explain, registry
+from ._errors import UnknownCodeError, errors_markdown, explain, registry
+from .apps._flags import (
+    USAGE,
+    CommandParser,
+    UsageError,
+    count,
+    input_file,
+    one_line,
+    output_file,
+    positive_real,
+    run_guarded,
+)
 from .apps.int8_sort.cli import add_parser as add_int8_parser
 
 __all__ = ["main"]
+
+_MAX_IMAGES = 1_000_000  # 16x16 float32 images: a million is 1 GiB, more is surely a typo
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -20,7 +33,11 @@ def _explain(args: argparse.Namespace) -> int:
         for code, e in registry().items():
             print(f"{code}  {e.title}")
         return 0
-    print(explain(args.code))
+    try:
+        print(explain(args.code))
+    except UnknownCodeError as e:
+        print(one_line(e), file=sys.stderr)
+        return USAGE
     return 0
 
 
@@ -38,9 +55,25 @@ def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "shapeml.cli", *argv], env)
 
 
+def _check_train_flags(args: argparse.Namespace) -> None:
+    """Everything a run needs, checked before it starts: no work is lost to a late mistake."""
+    output_file(args.out, "--out")
+    output_file(args.checkpoint, "--checkpoint")
+    if args.resume and not args.checkpoint:
+        raise UsageError(
+            "--resume was given without --checkpoint", fix="pass --checkpoint PATH to resume from"
+        )
+    if args.batch_size > args.train_size:
+        raise UsageError(
+            f"--batch-size {args.batch_size} is larger than --train-size {args.train_size}",
+            fix="pass a batch size at most the number of training images",
+        )
+
+
 def _train(args: argparse.Namespace) -> int:
     from .apps.spotter_job import format_report, train_spotter
 
+    _check_train_flags(args)
     result, report = train_spotter(
         steps=args.steps,
         batch_size=args.batch_size,
@@ -71,13 +104,14 @@ def _train(args: argparse.Namespace) -> int:
 def _eval(args: argparse.Namespace) -> int:
     from .apps.spotter_job import evaluate_file, format_report
 
+    input_file(args.path, "PATH")
     print(format_report(evaluate_file(args.path, args.test_size)))
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every `shapeml` subcommand."""
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="shapeml", description="Shape-typed models on JAX: training, evaluation and tools."
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -98,17 +132,38 @@ def build_parser() -> argparse.ArgumentParser:
         "warmup + cosine learning rate and gradient clipping; print the held-out per-class "
         "accuracy and confusion matrix, and save the model.",
     )
-    p.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
-    p.add_argument("--batch-size", type=int, default=64, help="images per step (default 64)")
-    p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (default 3e-3)")
-    p.add_argument("--warmup", type=int, default=50, help="warmup steps (default 50)")
-    p.add_argument("--clip", type=float, default=1.0, help="gradient norm clip (default 1.0)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and the init (default 0)")
-    p.add_argument("--train-size", type=int, default=20_000, help="training images (default 20000)")
-    p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
+    p.add_argument("--steps", type=count(), default=1500, help="training steps (default 1500)")
+    p.add_argument(
+        "--batch-size",
+        type=count(high=_MAX_IMAGES),
+        default=64,
+        help="images per step (default 64)",
+    )
+    p.add_argument(
+        "--lr", type=positive_real(), default=3e-3, help="peak learning rate (default 3e-3)"
+    )
+    p.add_argument("--warmup", type=count(low=0), default=50, help="warmup steps (default 50)")
+    p.add_argument(
+        "--clip", type=positive_real(), default=1.0, help="gradient norm clip (default 1.0)"
+    )
+    p.add_argument(
+        "--seed", type=count(low=0), default=0, help="seed of the data and the init (default 0)"
+    )
+    p.add_argument(
+        "--train-size",
+        type=count(high=_MAX_IMAGES),
+        default=20_000,
+        help="training images (default 20000)",
+    )
+    p.add_argument(
+        "--test-size",
+        type=count(high=_MAX_IMAGES),
+        default=2_000,
+        help="held-out images (default 2000)",
+    )
     p.add_argument(
         "--devices",
-        type=int,
+        type=count(high=4096),
         default=None,
         help="shard each batch across N devices (data parallel; on CPU, N host devices)",
     )
@@ -123,7 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="checkpoint path (model + optimizer), written periodically and at the end",
     )
     p.add_argument(
-        "--checkpoint-every", type=int, default=500, help="steps between checkpoints (default 500)"
+        "--checkpoint-every",
+        type=count(),
+        default=500,
+        help="steps between checkpoints (default 500)",
     )
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint if it exists")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -136,7 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
         "accuracy, per-class accuracy and confusion matrix.",
     )
     p.add_argument("path", help="a model file written by `shapeml train` (or sm.save)")
-    p.add_argument("--test-size", type=int, default=2_000, help="held-out images (default 2000)")
+    p.add_argument(
+        "--test-size",
+        type=count(high=_MAX_IMAGES),
+        default=2_000,
+        help="held-out images (default 2000)",
+    )
     p.set_defaults(func=_eval)
 
     add_int8_parser(sub)
@@ -149,11 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "train":
         _restart_with_host_devices(args.devices, argv)
-    try:
-        return args.func(args)
-    except ShapemlError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    return run_guarded(lambda: args.func(args))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import optim
+from .._validate import integer, real
 from ..data import batches, shapes
 from ..models import load, save
 from ..training import TrainResult, train
@@ -22,6 +23,7 @@ from ..zoo.spotter import (
     per_class_accuracy,
     predict,
 )
+from ._flags import NothingTrainedError
 
 __all__ = ["TEST_SEED", "evaluate_spotter", "format_report", "spotter_loss", "train_spotter"]
 
@@ -78,7 +80,19 @@ def train_spotter(
     """Trains a Spotter on generated shapes with AdamW (warmup + cosine, clipping, NaN skipping).
 
     Returns the training result and the held-out evaluation; saves the model to `out`.
+
+    Raises:
+        ArgumentError, ArgumentTypeError: (E0002, E0003) for a bad argument, before any work.
+        NothingTrainedError: (E2103) when no step was applied; `out` is then left as it was.
     """
+    steps = integer("steps", steps, low=1)
+    train_size = integer("train_size", train_size, low=1)
+    test_size = integer("test_size", test_size, low=1)
+    batch_size = integer("batch_size", batch_size, low=1, high=train_size)
+    warmup = integer("warmup", warmup, low=0)
+    lr = real("lr", lr, low=0.0, low_open=True)
+    clip = real("clip", clip, low=0.0, low_open=True)
+    seed = integer("seed", seed, low=0)
     img, y = shapes.draw(train_size, seed=seed)
     m = Spotter.init(seed=seed)
     schedule = optim.warmup(warmup, optim.cosine(lr, max(steps - warmup, 1)))
@@ -96,6 +110,12 @@ def train_spotter(
         devices=devices,
         progress=progress,
     )
+    if result.skipped >= steps:
+        raise NothingTrainedError(
+            f"all {steps} steps had non-finite gradients and were skipped; "
+            + (f"{str(out)!r} was left as it was" if out is not None else "nothing was saved"),
+            fix="lower the learning rate (--lr) or the clip (--clip) and run again",
+        )
     if out is not None:
         save(out, result.model)
     return result, evaluate_spotter(result.model, test_size)

@@ -1,0 +1,97 @@
+"""The `shapeml` command checks every flag and output path before any work, answers a mistake with
+one coded line (exit 2 for usage, 1 for a failed run) and never replaces a good model file with a
+worse one."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from shapeml import cli
+from shapeml.apps import spotter_job
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["train", "--steps", "-5"], "--steps: the value is -5"),
+        (["train", "--steps", "0"], "--steps: the value is 0"),
+        (["train", "--steps", "3.5"], "'3.5' is not a whole number"),
+        (["train", "--devices", "0"], "--devices: the value is 0"),
+        (["train", "--devices", "-1"], "--devices: the value is -1"),
+        (["train", "--batch-size", "0"], "--batch-size: the value is 0"),
+        (["train", "--train-size", "10000000000"], "--train-size: the value is 10000000000"),
+        (["train", "--lr", "nan"], "--lr: the value is nan"),
+        (["train", "--lr=-1e-3"], "--lr: the value is -0.001"),
+        (["train", "--lr", "inf"], "--lr: the value is inf"),
+        (["train", "--clip", "0"], "--clip: the value is 0.0"),
+        (["train", "--warmup", "-1"], "--warmup: the value is -1"),
+        (["train", "--checkpoint-every", "0"], "--checkpoint-every: the value is 0"),
+        (["train", "--resume"], "--resume was given without --checkpoint"),
+        (["train", "--batch-size", "64", "--train-size", "10"], "larger than --train-size 10"),
+        (["train", "--bogus"], "unrecognized arguments: --bogus"),
+        (["eval", "x.safetensors", "--test-size", "0"], "--test-size: the value is 0"),
+        (["explain", "E4242"], "no shapeml error or warning has the code `E4242`"),
+    ],
+)
+def test_usage_mistakes_exit_2_with_one_coded_line(argv, needle, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the default --out must stay untouched
+    code = _main(argv)
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert needle in err
+    assert err.startswith("error: [E") and err.count("\n") == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_paths_are_checked_before_the_run(tmp_path, capsys):
+    for flag in ("--out", "--checkpoint"):
+        for path, why in (
+            (tmp_path / "no" / "m.safetensors", "which does not exist"),
+            (tmp_path, "is a folder"),
+        ):
+            assert _main(["train", flag, str(path)]) == 2
+            err = capsys.readouterr().err
+            assert "[E2102]" in err and why in err and "nothing was run" in err
+
+
+def test_eval_of_a_missing_or_folder_path(tmp_path, capsys):
+    assert _main(["eval", str(tmp_path / "none.safetensors")]) == 2
+    assert "[E1304]" in capsys.readouterr().err
+    assert _main(["eval", str(tmp_path)]) == 2
+    assert "is a folder, not a file" in capsys.readouterr().err
+
+
+def test_a_run_that_trained_nothing_keeps_the_existing_model(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "spotter.safetensors"
+    out.write_bytes(b"a trained model")
+
+    @jax.custom_jvp
+    def poison(x):  # value 0, gradient NaN: every step is skipped, the loss stays finite
+        return jnp.zeros_like(x)
+
+    @poison.defjvp
+    def _(primals, tangents):
+        return poison(primals[0]), tangents[0] * jnp.nan
+
+    def loss(m, img, y):
+        value, aux = spotter_job_loss(m, img, y)
+        return value + jnp.sum(poison(m.w_h)), aux
+
+    spotter_job_loss = spotter_job.spotter_loss
+    monkeypatch.setattr(spotter_job, "spotter_loss", loss)
+    argv = ["train", "--steps", "2", "--train-size", "32", "--batch-size", "16"]
+    code = _main([*argv, "--test-size", "8", "--out", str(out), "--no-progress"])
+    err = capsys.readouterr().err
+    assert code == 1 and "[E2103]" in err and "left as it was" in err
+    assert out.read_bytes() == b"a trained model"
+    assert not [p for p in tmp_path.iterdir() if p != out]  # no temp file left behind
+
+
+def _main(argv: list[str]) -> int:
+    """`cli.main`, with argparse's exit for usage mistakes turned into its status."""
+    try:
+        return cli.main(argv)
+    except SystemExit as e:
+        return int(e.code)
