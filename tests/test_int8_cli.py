@@ -1,20 +1,17 @@
 """`shapeml int8 {train,generate,check}` through an argparse parser built with `add_parser`, and
 through the `shapeml` command itself."""
 
-import argparse
 import json
 
 import pytest
 
 from shapeml.apps.int8_sort import TINY_MODEL_PATH
-from shapeml.apps.int8_sort.cli import add_parser
+from shapeml.apps.int8_sort.cli import main
 
 
 def run(argv):
-    parser = argparse.ArgumentParser(prog="shapeml")
-    add_parser(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.func(args)
+    assert argv[0] == "int8"
+    return main(argv[1:])  # the `shapeml int8` parser on its own (a CommandParser, like `shapeml`)
 
 
 def test_check_prints_shapes_and_bounds(capsys):

@@ -221,7 +221,7 @@ def test_bad_tokens_positions_and_prompts():
         m.reference_step(1, -1, *_zeros(m))
     with pytest.raises(int8.Int8PositionError, match="int8"):
         m.decode_step(1, 0, KVCache(1, 16, 4, 8, np.float32))
-    with pytest.raises(int8.Int8TokenError, match=r"prompt\[1\] = 99"):
+    with pytest.raises(int8.Int8TokenError, match=r"prompt\[1\]` = 99"):
         m.generate([1, 99], 2)
     with pytest.raises(int8.Int8PromptError, match="ctx = 16"):
         m.generate(list(range(16)), 2)

@@ -39,7 +39,10 @@ def shorten(value: Any, limit: int = _LIMIT) -> str:
         return f"{type(value).__name__}(shape={tuple(shape)}, dtype={value.dtype})"
     if isinstance(value, (list, tuple, dict, set)) and len(value) > 16:
         return f"{type(value).__name__} of {len(value):,} items"
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:  # a container nested thousands deep
+        return f"a {type(value).__name__} nested too deep to show"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

@@ -16,6 +16,8 @@ from ._decode import step as step
 from ._errors import Int8AccumulatorError as Int8AccumulatorError
 from ._errors import Int8ExpTableError as Int8ExpTableError
 from ._errors import Int8FileError as Int8FileError
+from ._errors import Int8FormatError as Int8FormatError
+from ._errors import Int8JsonError as Int8JsonError
 from ._errors import Int8PositionError as Int8PositionError
 from ._errors import Int8PromptError as Int8PromptError
 from ._errors import Int8RequantError as Int8RequantError
@@ -24,6 +26,7 @@ from ._errors import Int8SizeError as Int8SizeError
 from ._errors import Int8TensorParallelError as Int8TensorParallelError
 from ._errors import Int8TokenError as Int8TokenError
 from ._errors import Int8ValueError as Int8ValueError
+from ._errors import Int8VocabularyError as Int8VocabularyError
 from ._model import Int8Model as Int8Model
 from ._numerics import REQUANT_POINTS as REQUANT_POINTS
 from ._numerics import exp_table as exp_table
@@ -49,6 +52,8 @@ __all__ = [
     "Int8AccumulatorError",
     "Int8ExpTableError",
     "Int8FileError",
+    "Int8FormatError",
+    "Int8JsonError",
     "Int8Model",
     "Int8PositionError",
     "Int8PromptError",
@@ -58,6 +63,7 @@ __all__ = [
     "Int8TensorParallelError",
     "Int8TokenError",
     "Int8ValueError",
+    "Int8VocabularyError",
     "TensorPlacement",
     "Tokenizer",
     "TpManifest",

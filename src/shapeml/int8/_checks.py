@@ -6,17 +6,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from .. import _jax_internals as jxi
+from .._errors import ArgumentTypeError
+from .._validate import integer, shorten
 from ._errors import (
     Int8PositionError,
     Int8PromptError,
     Int8SizeError,
-    Int8TokenError,
 )
 from ._numerics import REQUANT_POINTS
 from ._schema import check_exp_table, check_requant, check_sizes, check_tokens
+from ._tokenizer import check_id
 
 __all__ = ["check_model", "check_pos", "check_prompt", "check_rows", "check_token"]
 
@@ -48,20 +51,24 @@ def check_model(m) -> None:
         check_requant(dict(zip(REQUANT_POINTS, pairs, strict=True)))
 
 
+def _exact(value: Any, name: str, error: type, fix: str) -> int:
+    """`value`'s exact integer (checked before any conversion), or `error` naming it."""
+    try:
+        return integer(name, value, fix=fix)
+    except ArgumentTypeError as e:
+        raise error(e.message, fix=e.fix) from None
+
+
 def check_token(dims, tok: Any, where: str) -> int:
-    """`tok` as an int in 0..V-1, or Int8TokenError (E1608). (`dims`: the model's, `m.dims`.)"""
-    t, v = int(tok), dims.V
-    if not 0 <= t < v:
-        raise Int8TokenError(
-            f"{where} = {t} is outside the vocabulary 0..{v - 1}",
-            fix=f"pass token ids in 0..{v - 1}",
-        )
-    return t
+    """`tok` as an int in 0..V-1, or Int8TokenError (E1608) (`_tokenizer.check_id`; `dims`: the
+    model's, `m.dims`)."""
+    return check_id(dims.V, tok, where)
 
 
 def check_pos(dims, pos: Any) -> int:
-    """`pos` as an int in 0..ctx-1, or Int8PositionError (E1610)."""
-    p, ctx = int(pos), dims.T
+    """`pos` as an int in 0..ctx-1, or Int8PositionError (E1610); 2.5 is refused, not read as 2."""
+    ctx = dims.T
+    p = _exact(pos, "pos", Int8PositionError, f"pass an integer position in 0..{ctx - 1}")
     if not 0 <= p < ctx:
         raise Int8PositionError(
             f"pos = {p} is outside 0..{ctx - 1} (ctx = {ctx})",
@@ -80,17 +87,33 @@ def check_rows(dims, rows: Any, name: str) -> None:
         )
 
 
-def check_prompt(dims, prompt: Sequence[int], n: int) -> list[int]:
-    """The prompt as ints, checked with `n` tokens to generate: every token in the vocabulary
-    (E1608), at least one token, n >= 0, and len(prompt) + n - 1 <= ctx (E1609)."""
+def check_prompt(dims, prompt: Any, n: Any) -> list[int]:
+    """The prompt as ints, checked with `n` tokens to generate: a sequence of token ids, every one
+    in the vocabulary (E1608), at least one token, n an integer >= 0, and len(prompt) + n - 1 <= ctx
+    (E1609). Nothing is converted before it is checked."""
+    array = isinstance(prompt, (np.ndarray, jax.Array))
+    if (
+        (array and prompt.ndim != 1)
+        or not (array or isinstance(prompt, Sequence))
+        or (isinstance(prompt, (str, bytes)))
+    ):
+        raise Int8PromptError(
+            f"the prompt must be a sequence of token ids, got {shorten(prompt)}",
+            fix="pass a list of ints (`model.encode(text)` turns text into one)",
+        )
+    ctx = dims.T
+    if len(prompt) > ctx + 1:  # before reading it: a huge prompt is refused at once
+        raise Int8PromptError(
+            f"the prompt holds {len(prompt)} tokens: even with n = 0 it feeds more than "
+            f"ctx = {ctx}",
+            fix=f"keep len(prompt) + n - 1 <= {ctx}",
+        )
     prompt = [check_token(dims, t, f"prompt[{i}]") for i, t in enumerate(prompt)]
     if not prompt:
         raise Int8PromptError("the prompt is empty", fix="give at least one token")
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
-        raise Int8PromptError(
-            f"n = {n!r} must be a non-negative integer", fix="ask for n >= 0 generated tokens"
-        )
-    ctx = dims.T
+    n = _exact(n, "n", Int8PromptError, "ask for n >= 0 generated tokens (an integer)")
+    if n < 0:
+        raise Int8PromptError(f"n = {n} is negative", fix="ask for n >= 0 generated tokens")
     if len(prompt) + n - 1 > ctx:
         raise Int8PromptError(
             f"a prompt of {len(prompt)} tokens plus n = {n} generated tokens feeds "

@@ -1,4 +1,4 @@
-"""The int8 transformer's errors and warnings (codes E1601..E1699)."""
+"""The int8 transformer's errors and warnings (codes E1601..E1614)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ __all__ = [
     "Int8AccumulatorError",
     "Int8ExpTableError",
     "Int8FileError",
+    "Int8FormatError",
+    "Int8JsonError",
     "Int8PositionError",
     "Int8PromptError",
     "Int8RequantError",
@@ -16,6 +18,7 @@ __all__ = [
     "Int8TensorParallelError",
     "Int8TokenError",
     "Int8ValueError",
+    "Int8VocabularyError",
 ]
 
 
@@ -127,8 +130,10 @@ class Int8TokenError(
     code="E1608",
     title="token outside the vocabulary",
     explanation="""
-A prompt token is not an index of the model's vocabulary (0 <= token < vocab), or a prompt text
-holds a character that no token spells. Tokens are never clamped into range.
+A token id is not an index of the model's vocabulary: not an integer (a float such as 3.7, a string
+such as "5", a bool), or outside 0 <= token < vocab; or a prompt text holds a piece that no token
+spells. Ids are checked on their exact value before any conversion, so they are never truncated,
+wrapped or clamped, and `decode([-1])` is refused rather than read as the last token.
 """,
 ):
     pass
@@ -155,7 +160,7 @@ class Int8PositionError(
     title="decode position out of range",
     explanation="""
 `decode_step(tok, pos, cache)` writes row `pos` of the KV cache and reads the positional table's row
-`pos`, so 0 <= pos < ctx must hold; the cache must be the model's (`init_cache()`: a KVCache, int8
+`pos`, so pos must be an integer (not 2.5, not a bool) with 0 <= pos < ctx; the cache must be the model's (`init_cache()`: a KVCache, int8
 [1 1 ctx heads d/heads]). Indices are
 never clamped.
 """,
@@ -172,6 +177,52 @@ class Int8TensorParallelError(
 Tensor parallel decode splits the heads and the FFN columns evenly over tp devices, so tp must
 divide both `heads` and `d_ff`, and the process must see at least tp JAX devices (on CPU, set
 XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts).
+""",
+):
+    pass
+
+
+class Int8FormatError(
+    ShapemlError,
+    ValueError,
+    code="E1612",
+    title="int8 model file: unknown format",
+    explanation="""
+The `format` key of an int8 model file is not "shapeml.int8.v1", the one format this version reads.
+The file may be from another tool or a newer shapeml. Re-export it with `Int8Model.to_json(path)`,
+or set `"format": "shapeml.int8.v1"` if it follows the schema in docs/int8.md.
+""",
+):
+    pass
+
+
+class Int8VocabularyError(
+    ShapemlError,
+    ValueError,
+    code="E1613",
+    title="bad vocabulary token",
+    explanation="""
+The token strings of an int8 model (its `tokens`) must let text round-trip: every token is a
+non-empty string, no two tokens are equal, and in a word vocabulary (some token longer than one
+character, so text is split on whitespace) no token contains whitespace, which `encode` could never
+produce. In a character vocabulary (every token one character) a whitespace character is a token
+like any other. The message names the first bad token and its id; fix the exporter's vocabulary.
+""",
+):
+    pass
+
+
+class Int8JsonError(
+    ShapemlError,
+    ValueError,
+    code="E1614",
+    title="int8 model file: not readable JSON",
+    explanation="""
+An int8 model file could not be parsed as JSON: it is truncated or not JSON at all, nests arrays or
+objects deeper than the parser allows, holds a number JSON cannot read (e.g. an integer of more than
+4300 digits), or is larger than the 512 MiB cap (checked from the file's size, before it is read).
+The message says which and where. If the file was copied, check the copy finished; otherwise
+re-export it with `Int8Model.to_json(path)`.
 """,
 ):
     pass

@@ -15,22 +15,22 @@ import json
 import os
 import types
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
 from jaxtyping import Array, Int8, Int32
 
-from .._files import atomic_write, read_text
+from .._files import atomic_write
 from ..models import Dims, Model, buffer, full, ones, static, zeros
 from ..state import KVCache
 from . import _cache, _checks, _programs, _reference, _tp
-from ._errors import Int8FileError
+from ._json import read_json, to_dict
 from ._numerics import EXP_TABLE_MAX, REQUANT_POINTS, accumulator_bounds
 from ._random import random_model_dict
-from ._schema import FILE_DIMS, to_dict, validate, weight_names
-from ._tokenizer import Tokenizer
+from ._schema import FILE_DIMS, validate, weight_names
+from ._tokenizer import IntLike, TokenIds, Tokenizer
 
 __all__ = ["Int8Model"]
 
@@ -96,19 +96,10 @@ class Int8Model(Model):
 
         Raises:
             Int8FileError (E1601) and the other E16xx errors, naming the bad field;
-            FileMissingError (E1304) / FileFormatError (E1302) for a missing or non-text file.
+            Int8JsonError (E1614) for a file that is not JSON, nests too deep or is too large;
+            FileMissingError (E1304) / FileFormatError (E1302) for a missing or non-UTF-8 file.
         """
-        if isinstance(src, Mapping):
-            return cls(**validate(src, cls))
-        text = read_text(src, fix="re-export it with `Int8Model.to_json(path)`")
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise Int8FileError(
-                f"`{src}` is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}",
-                fix="re-export it with `Int8Model.to_json(path)`; if it was copied, check the "
-                "copy finished",
-            ) from None
+        obj = read_json(src)
         return cls(**validate(obj, cls))
 
     @_host_method
@@ -197,7 +188,7 @@ class Int8Model(Model):
         return self.tokenizer.encode(text)
 
     @_host_method
-    def decode(self, ids: Sequence[int]) -> str:
+    def decode(self, ids: TokenIds) -> str:
         """The text the token ids spell (`tokenizer.decode`)."""
         return self.tokenizer.decode(ids)
 
@@ -245,7 +236,7 @@ class Int8Model(Model):
 
     @_host_method
     def reference_step(
-        self, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray
+        self, tok: IntLike, pos: IntLike, k_cache: np.ndarray, v_cache: np.ndarray
     ) -> dict[str, np.ndarray]:
         """The numpy integer decode step (docs/int8.md, written out); every intermediate by name.
 
@@ -261,19 +252,21 @@ class Int8Model(Model):
         return _reference.reference_step(self, tok, pos, k_cache, v_cache)
 
     @_host_method
-    def reference_generate(self, prompt: Sequence[int], n: int) -> tuple[list[int], list[int]]:
+    def reference_generate(self, prompt: TokenIds, n: IntLike) -> tuple[list[int], list[int]]:
         """The numpy reference stepped token by token: `(generated, preds)` like `generate`."""
         return _reference.reference_generate(self, prompt, n)
 
     @_host_method
-    def step_intermediates(self, tok: int, pos: int, cache: KVCache) -> dict[str, np.ndarray]:
+    def step_intermediates(
+        self, tok: IntLike, pos: IntLike, cache: KVCache
+    ) -> dict[str, np.ndarray]:
         """The JAX step's intermediates, named and shaped as `reference_step`'s (masked attention
         columns cut off), for checking the two against each other."""
         return _programs.intermediates(self, tok, pos, cache)
 
     @_host_method
     def decode_step(
-        self, tok: int, pos: int, cache: KVCache, *, tp: int | None = None
+        self, tok: IntLike, pos: IntLike, cache: KVCache, *, tp: IntLike | None = None
     ) -> tuple[jax.Array, jax.Array, KVCache]:
         """One compiled decode step: `(tok, pos, cache) -> (logits, next, cache)`.
 
@@ -290,7 +283,7 @@ class Int8Model(Model):
 
     @_host_method
     def generate_arrays(
-        self, prompt: Sequence[int], n: int, *, tp: int | None = None
+        self, prompt: TokenIds, n: IntLike, *, tp: IntLike | None = None
     ) -> tuple[jax.Array, jax.Array, KVCache]:
         """`generate` without leaving the device: `(buf, preds, cache)` as device arrays.
 
@@ -300,7 +293,7 @@ class Int8Model(Model):
         return _programs.generate(self, prompt, n, tp=tp)
 
     @_host_method
-    def generate(self, prompt: Sequence[int], n: int, *, tp: int | None = None) -> list[int]:
+    def generate(self, prompt: TokenIds, n: IntLike, *, tp: IntLike | None = None) -> list[int]:
         """The n tokens greedy decoding appends to `prompt`, the whole trace in one compiled call
         (a `lax` loop over positions, the cache carried on device).
 
@@ -313,7 +306,7 @@ class Int8Model(Model):
         return np.asarray(buf)[start : start + n].tolist()
 
     @_host_method
-    def prompt_next_tokens(self, prompt: Sequence[int], *, tp: int | None = None) -> list[int]:
+    def prompt_next_tokens(self, prompt: TokenIds, *, tp: IntLike | None = None) -> list[int]:
         """The next token each step over `prompt` predicts (len(prompt) ids; the last is the first
         token `generate` would append)."""
         _, preds, _ = _programs.generate(self, prompt, 1, steps=len(prompt), tp=tp)
@@ -322,12 +315,12 @@ class Int8Model(Model):
     # -- tensor parallel ----------------------------------------------------------------------
 
     @_host_method
-    def tp_manifest(self, tp: int) -> _tp.TpManifest:
+    def tp_manifest(self, tp: IntLike) -> _tp.TpManifest:
         """Where every tensor lives when the decode is split over tp devices."""
         return _tp.manifest(self, tp)
 
     @_host_method
-    def tp_params(self, tp: int) -> Int8Model:
+    def tp_params(self, tp: IntLike) -> Int8Model:
         """This model with every table placed on a tp-device mesh as `tp_manifest(tp)` says (each
         a `jax.Array` whose `.sharding` shows its split). Decoding the placed model with the same
         `tp` skips the per-call placement."""

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .._validate import integer, real
 
 __all__ = [
     "EXP_TABLE_MAX",
@@ -76,47 +79,72 @@ def requant_jax(
         return jnp.clip(y, -128, 127).astype(jnp.int8)
 
 
-def requant_pair(scale: float, *, max_shift: int = 40) -> tuple[int, int]:
-    """The (M, S) whose M / 2**S best approximates a positive real `scale`, M < 2**31.
+def requant_pair(scale: Any, *, max_shift: Any = 40) -> tuple[int, int]:
+    """The fixed-point pair `(M, S)` of a positive real `scale` (docs/int8.md, "Quantization").
 
-    The shift is the largest one (up to `max_shift`) that keeps M below 2**31, so M carries about
-    31 significant bits; scales too small for `max_shift` give the smallest positive M (1).
+    With `scale` read exactly (a float64 value): `S` is the largest shift in `1..max_shift` with
+    `scale * 2**S <= 2**31 - 1` (1 when there is none), and `M = floor(scale * 2**S + 1/2)`, the
+    product rounded half up (ties up), then clamped to `[1, 2**31 - 1]`. So M carries about 31
+    significant bits; a scale below `2**-(max_shift + 1)` gives M = 1, and one above `2**30` gives
+    M = 2**31 - 1, S = 1 (a requant that saturates every nonzero input anyway). Every step is exact
+    in float64: a product with a power of two is, and `x + 1/2` for x < 2**31 rounds only where
+    the clamp to M >= 1 decides the result.
+
+    Raises:
+        ArgumentError / ArgumentTypeError (E0002 / E0003): `scale` not a positive finite number,
+            `max_shift` not an integer in 1..62.
     """
-    if not (scale > 0 and math.isfinite(scale)):
-        raise ValueError(f"requant scale must be a positive finite float, got {scale!r}")
+    scale = real("scale", scale, low=0.0, low_open=True)
+    max_shift = integer("max_shift", max_shift, low=1, high=MAX_SHIFT)
     s = max_shift
     while s > 1 and scale * 2.0**s > MAX_MULTIPLIER:
         s -= 1
-    m = int(math.floor(scale * 2.0**s + 0.5))
-    return max(1, min(m, MAX_MULTIPLIER)), s
+    x = scale * 2.0**s  # may be inf for a scale near the float64 maximum: clamped, not floored
+    m = MAX_MULTIPLIER if x > MAX_MULTIPLIER else int(math.floor(x + 0.5))
+    return max(1, m), s
 
 
-def exp_table(step: float, *, length: int = 128, one: int = EXP_TABLE_MAX) -> list[int]:
+def exp_table(step: Any, *, length: Any = 128, one: Any = EXP_TABLE_MAX) -> list[int]:
     """`table[i] = floor(one * exp(-i * step) + 0.5)`: the softmax weight of a score `i` table steps
     below the row maximum. Non-increasing, starts at `one`, at most 128 entries.
+
+    Raises:
+        ArgumentError / ArgumentTypeError (E0002 / E0003): `step` not a positive finite number,
+            `length` not an integer in 1..128, `one` not an integer in 1..32767.
     """
-    if not (1 <= length <= 128) or step <= 0:
-        raise ValueError(f"exp_table needs 1 <= length <= 128 and step > 0, got {length}, {step}")
+    step = real("step", step, low=0.0, low_open=True)
+    length = integer("length", length, low=1, high=128)
+    one = integer("one", one, low=1, high=EXP_TABLE_MAX)
     return [int(math.floor(one * math.exp(-i * step) + 0.5)) for i in range(length)]
 
 
 def accumulator_bounds(dims: Mapping[str, int], table0: int) -> dict[str, tuple[int, str]]:
-    """Worst-case magnitude of every int32 accumulator of the decode step, with its formula.
+    """Worst-case magnitude of every int32 intermediate of the decode step, with its formula.
 
-    Activations are int8 (|a| <= 128), attention weights and ReLU outputs lie in [0, 127].
+    Activations are int8 (|a| <= 128), attention weights `p` and the ReLU output `h` lie in
+    [0, 127], exp-table entries in [0, table0]. The names are the step's (docs/int8.md, "Overflow
+    bounds", the same table); the formulas read `d`, `dh` (= d / heads), `F`, `T` (= ctx) and
+    `exp_table[0]`, and evaluate to the bounds.
 
     Args:
         dims: the model's dims (D, H, F, T; `Int8Model.dims`).
         table0: the exp table's first (largest) entry.
     """
-    d, dh, d_ff, ctx = dims["D"], dims["D"] // dims["H"], dims["F"], dims["T"]
+    d, dh, f, t = dims["D"], dims["D"] // dims["H"], dims["F"], dims["T"]
+    mat = d * 128 * 128
     return {
-        "q/k/v (x @ Wq|Wk|Wv)": (d * 128 * 128, "d * 128 * 128"),
-        "score distance (max - score)": (2 * dh * 128 * 128, "2 * (d / heads) * 128 * 128"),
-        "softmax (254 * e + sum e)": ((254 + ctx) * table0, "(254 + ctx) * exp_table[0]"),
-        "attention (p @ V)": (ctx * 127 * 128, "ctx * 127 * 128"),
-        "wo (a @ Wo)": (d * 128 * 128, "d * 128 * 128"),
-        "w1 (x @ W1)": (d * 128 * 128, "d * 128 * 128"),
-        "w2 (h @ W2)": (d_ff * 127 * 128, "d_ff * 127 * 128"),
-        "logits (x @ Eq^T)": (d * 128 * 128, "d * 128 * 128"),
+        "x0 (embed + positions)": (2 * 128, "2 * 128"),
+        "q_acc, k_acc, v_acc": (mat, "d * 128 * 128"),
+        "scores": (dh * 128 * 128, "dh * 128 * 128"),
+        "dist": (2 * dh * 128 * 128, "2 * dh * 128 * 128"),
+        "z (sum of e)": (t * table0, "T * exp_table[0]"),
+        "254 * e + z": ((254 + t) * table0, "(254 + T) * exp_table[0]"),
+        "2 * z": (2 * t * table0, "2 * T * exp_table[0]"),
+        "attn_acc": (t * 127 * 128, "T * 127 * 128"),
+        "wo_acc": (mat, "d * 128 * 128"),
+        "res1 + wo": (2 * 128, "2 * 128"),
+        "w1_acc": (mat, "d * 128 * 128"),
+        "w2_acc": (f * 127 * 128, "F * 127 * 128"),
+        "res2 + w2": (2 * 128, "2 * 128"),
+        "logits": (mat, "d * 128 * 128"),
     }

@@ -30,6 +30,7 @@ from ..state import KVCache
 from . import _cache, _checks, _tp
 from ._decode import generate_loop
 from ._decode import step as step_body
+from ._tokenizer import IntLike, TokenIds
 
 __all__ = ["PROGRAMS", "ModelKey", "ProgramKey", "generate", "intermediates", "step"]
 
@@ -118,17 +119,17 @@ def _step(m, tok, pos, cache):
     return r["logits"], r["next"], r["cache"]  # only what the caller keeps: fewer output buffers
 
 
-def _tables(e: _Entry, m, tp: int | None) -> list:
+def _tables(e: _Entry, m, tp: IntLike | None) -> list:
     if tp is None:
         return e.tables
-    placed = e.placed.get(tp)
+    placed = e.placed.get(tp) if type(tp) is int else None  # a list would not even hash
     if placed is None:  # first tp call of this model: check tp, place the tables once
         _tp.check_tp(tp, e.dims)
         placed = e.placed[tp] = _tp.place_tables(type(m), e.names, e.tables, tp)
     return placed
 
 
-def _checked_cache(e: _Entry, cache, tp: int | None):
+def _checked_cache(e: _Entry, cache, tp: IntLike | None):
     cache = _cache.check_cache(e.dims, cache)
     (k, v), treedef = jax.tree.flatten(cache)
     if tp is not None:
@@ -136,7 +137,7 @@ def _checked_cache(e: _Entry, cache, tp: int | None):
     return treedef, k, v
 
 
-def step(m, tok: int, pos: int, cache: KVCache, *, tp: int | None = None):
+def step(m, tok: IntLike, pos: IntLike, cache: KVCache, *, tp: IntLike | None = None):
     """One compiled step, `(logits, next, cache)`, after checking tok, pos and cache."""
     e = _entry(m)
     tok = _checks.check_token(e.dims, tok, "tok")
@@ -147,7 +148,7 @@ def step(m, tok: int, pos: int, cache: KVCache, *, tp: int | None = None):
     return program(tables, np.int32(tok), np.int32(pos), k, v)
 
 
-def intermediates(m, tok: int, pos: int, cache: KVCache) -> dict[str, np.ndarray]:
+def intermediates(m, tok: IntLike, pos: IntLike, cache: KVCache) -> dict[str, np.ndarray]:
     """Every intermediate of the compiled step on the host, the masked columns cut off."""
     e = _entry(m)
     tok = _checks.check_token(e.dims, tok, "tok")
@@ -161,7 +162,9 @@ def intermediates(m, tok: int, pos: int, cache: KVCache) -> dict[str, np.ndarray
     return {name: np.asarray(a) for name, a in r.items()}
 
 
-def generate(m, prompt, n: int, *, steps: int | None = None, tp: int | None = None):
+def generate(
+    m, prompt: TokenIds, n: IntLike, *, steps: int | None = None, tp: IntLike | None = None
+):
     """`(buf, preds, cache)`: `prompt` checked with n tokens to generate, then `steps` fed tokens
     (default len(prompt) + n - 1) in one compiled call."""
     e = _entry(m)

@@ -7,8 +7,9 @@ from typing import Any
 
 import numpy as np
 
+from .._validate import integer
 from ._numerics import exp_table, requant_pair
-from ._schema import FILE_DIMS, FORMAT, model_dims, weight_names
+from ._schema import FILE_DIMS, FORMAT, check_dims, check_sizes, model_dims, weight_names
 
 __all__ = ["random_model_dict"]
 
@@ -19,9 +20,13 @@ def random_model_dict(
     """A model file (as a dict) for the model class `cls`, with uniform random int8 weights and
     requant pairs that map a typical accumulator to a spread int8 output (some saturation
     included, on purpose)."""
-    rng = np.random.default_rng(seed)
-    dims = dict(zip(FILE_DIMS, (d, heads, d_ff, vocab, ctx), strict=True))
+    seed = integer("seed", seed, low=0)
+    # the file's checks on the sizes, before anything of those sizes is drawn
+    dims = check_dims(dict(zip(FILE_DIMS, (d, heads, d_ff, vocab, ctx), strict=True)))
+    table = exp_table(0.1, length=table_len)
     mdims = model_dims(cls, dims, table_len)
+    check_sizes(cls, mdims, table[0])
+    rng = np.random.default_rng(seed)
     specs = cls.__shapeml_fields__
     shapes = {n: specs[n].shape_in(mdims) for n in weight_names(cls)}
     tensors = {n: rng.integers(-128, 128, size=s) for n, s in shapes.items()}
@@ -46,7 +51,7 @@ def random_model_dict(
         "dims": dims,
         "tokens": [f"t{i}" for i in range(vocab)],
         "requant": {k: list(requant_pair(v * rng.uniform(0.8, 1.25))) for k, v in scales.items()},
-        "exp_table": exp_table(0.1, length=table_len),
+        "exp_table": table,
         "tensors": {n: a.reshape(-1).tolist() for n, a in tensors.items()},
         "meta": {"random_seed": seed},
     }

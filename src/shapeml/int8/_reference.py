@@ -7,19 +7,18 @@ intermediate can wrap.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import jax
 import numpy as np
 
 from ._checks import check_pos, check_prompt, check_rows, check_token
 from ._numerics import requant
+from ._tokenizer import IntLike, TokenIds
 
 __all__ = ["reference_generate", "reference_step"]
 
 
 def reference_step(
-    m, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray
+    m, tok: IntLike, pos: IntLike, k_cache: np.ndarray, v_cache: np.ndarray
 ) -> dict[str, np.ndarray]:
     """One decode step on the host.
 
@@ -95,7 +94,7 @@ def _step(m, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray):
     return r
 
 
-def reference_generate(m, prompt: Sequence[int], n: int) -> tuple[list[int], list[int]]:
+def reference_generate(m, prompt: TokenIds, n: IntLike) -> tuple[list[int], list[int]]:
     """Greedy decoding with the reference, one step per fed token.
 
     Args:

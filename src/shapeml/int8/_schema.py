@@ -3,9 +3,10 @@ the overflow bounds.
 
 The file's tensors are the model's int8 fields (`Int8Model`'s declarations, passed in as `cls`):
 their names, order and shapes come from there. Validation runs in an order that never allocates
-what it has not sized: the keys, then the dims, then the exp table, then the int32 accumulator
-bounds the dims imply, then the size caps, and only then the tensors (their lengths before their
-values). Every failure names the field.
+what it has not sized (docs/int8.md, "Validation order"): the keys, the format, the dims (each
+under its cap), the exp table, the total weight cap, the int32 bounds, the tokens, the requant
+pairs, and only then the tensors (their lengths before their values). Every failure names the
+field and shows values shortened, so a huge or deeply nested value never floods a message.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from .._errors import similar
+from .._validate import shorten
 from ._errors import (
     Int8AccumulatorError,
     Int8ExpTableError,
     Int8FileError,
+    Int8FormatError,
     Int8RequantError,
     Int8ShapeError,
     Int8SizeError,
@@ -36,16 +39,21 @@ from ._numerics import (
     REQUANT_POINTS,
     accumulator_bounds,
 )
+from ._tokenizer import check_vocabulary
 
 __all__ = [
+    "CAPS",
+    "check_dims",
     "FILE_DIMS",
+    "MAX_WEIGHTS",
     "FORMAT",
     "check_exp_table",
     "check_requant",
     "check_sizes",
     "check_tokens",
     "model_dims",
-    "to_dict",
+    "meta_json",
+    "show",
     "validate",
     "weight_names",
 ]
@@ -56,8 +64,16 @@ FILE_DIMS = {"d": "D", "heads": "H", "d_ff": "F", "vocab": "V", "ctx": "T"}
 _REQUIRED = ("format", "dims", "tokens", "requant", "exp_table", "tensors")
 _OPTIONAL = ("meta",)
 # Caps on sizes, so that a corrupt file is refused before anything of its size is allocated.
-_CAPS = {"d": 8192, "heads": 8192, "d_ff": 8192, "vocab": 65536, "ctx": 8192}
-_MAX_WEIGHTS = 2**26
+CAPS = {"d": 8192, "heads": 8192, "d_ff": 8192, "vocab": 65536, "ctx": 8192}
+MAX_WEIGHTS = 2**26
+
+
+def show(value: Any) -> str:
+    """`shorten(value)`, also for a value nested too deep for `repr`."""
+    try:
+        return shorten(value)
+    except RecursionError:
+        return f"a {type(value).__name__} nested too deep to show"
 
 
 def weight_names(cls) -> tuple[str, ...]:
@@ -68,7 +84,7 @@ def weight_names(cls) -> tuple[str, ...]:
 def _keys(obj: Any, where: str, required, optional=()) -> None:
     if not isinstance(obj, Mapping):
         raise Int8FileError(
-            f"`{where}` must be a JSON object, got {type(obj).__name__}",
+            f"`{where}` must be a JSON object, got {show(obj)} ({type(obj).__name__})",
             fix=f"write `{where}` as an object with keys {', '.join(required)}",
         )
     missing = [k for k in required if k not in obj]
@@ -84,11 +100,12 @@ def _keys(obj: Any, where: str, required, optional=()) -> None:
         )
     extra = [k for k in obj if k not in required and k not in optional]
     if extra:
-        hint = similar(str(extra[0]), [*required, *optional], what="key")
+        key = show(extra[0]) if not isinstance(extra[0], str) else shorten(extra[0])[1:-1]
+        hint = similar(key, [*required, *optional], what="key")
         raise Int8FileError(
-            f"`{where}` has a key the schema does not define: `{extra[0]}`",
+            f"`{where}` has a key the schema does not define: `{key}`",
             fix=hint
-            or f"remove `{where}.{extra[0]}`; allowed keys: {', '.join([*required, *optional])}",
+            or f"remove `{where}.{key}`; allowed keys: {', '.join([*required, *optional])}",
         )
 
 
@@ -96,17 +113,19 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
 
 
-def _dims(obj: Any) -> dict[str, int]:
+def check_dims(obj: Any) -> dict[str, int]:
+    """The file's dims: positive integers, each under its cap, heads dividing d (E1607)."""
     _keys(obj, "dims", tuple(FILE_DIMS))
     dims = {}
     for k in FILE_DIMS:
         v = obj[k]
         if not _is_int(v) or v < 1:
             raise Int8SizeError(
-                f"`dims.{k}` must be a positive integer, got {v!r}",
+                f"`dims.{k}` must be a positive integer, got {show(v)}",
                 fix=f"set `dims.{k}` to a positive integer",
             )
         dims[k] = int(v)
+    _check_caps(dims)
     if dims["d"] % dims["heads"]:
         raise Int8SizeError(
             f"`dims.heads`={dims['heads']} does not divide `dims.d`={dims['d']}",
@@ -115,11 +134,20 @@ def _dims(obj: Any) -> dict[str, int]:
     return dims
 
 
+def _check_caps(named: Mapping[str, int]) -> None:
+    for k, cap in CAPS.items():
+        if named[k] > cap:
+            raise Int8SizeError(
+                f"`dims.{k}` = {named[k]} exceeds the limit {cap}",
+                fix=f"int8 models are small: keep {k} <= {cap}",
+            )
+
+
 def check_exp_table(obj: Any) -> np.ndarray:
     """The exp table as int32 [L], or the E1601/E1604 error naming the bad entry."""
     if not isinstance(obj, list):
         raise Int8FileError(
-            f"`exp_table` must be a list of integers, got {type(obj).__name__}",
+            f"`exp_table` must be a list of integers, got {show(obj)}",
             fix="write the exp table as a JSON list of integers",
         )
     if not 1 <= len(obj) <= 128:
@@ -130,7 +158,7 @@ def check_exp_table(obj: Any) -> np.ndarray:
     for i, v in enumerate(obj):
         if not _is_int(v) or not 0 <= v <= EXP_TABLE_MAX:
             raise Int8ExpTableError(
-                f"`exp_table[{i}]` = {v!r} is not an integer in [0, {EXP_TABLE_MAX}]",
+                f"`exp_table[{i}]` = {show(v)} is not an integer in [0, {EXP_TABLE_MAX}]",
                 fix=f"scale the table so that every entry lies in [0, {EXP_TABLE_MAX}]",
             )
         if i and v > obj[i - 1]:
@@ -147,12 +175,26 @@ def check_exp_table(obj: Any) -> np.ndarray:
 
 
 def check_sizes(cls, dims: Mapping[str, int], table0: int) -> None:
-    """The int32 accumulator bounds (E1606), then the size caps (E1607), of model dims `dims`
-    (an `Int8Model`'s `sm.Dims`) and exp-table head `table0`; `cls` declares the weights. Run by
-    `validate` before any tensor is read and by `Int8Model`'s `__check_init__` on every build."""
+    """The size caps (E1607), then the int32 bounds (E1606), of model dims `dims` (an
+    `Int8Model`'s `sm.Dims`) and exp-table head `table0`; `cls` declares the weights. Run by
+    `validate` before any tensor is read and by `Int8Model`'s `__check_init__` on every build.
+
+    The caps are the real guard: under them every bound is below 2**31 (the largest, the softmax
+    divisor `2 * z`, is 2 * 8192 * 32767 < 2**29; tests/test_int8_spec.py derives the table), so the
+    bounds check
+    cannot fire for dims the caps allow. It stays as the executable form of the overflow proof,
+    should a cap ever be raised."""
     named = {
         k: int(dims[d]) for k, d in FILE_DIMS.items()
     }  # as the file (and its author) names them
+    _check_caps(named)
+    specs = cls.__shapeml_fields__
+    total = sum(math.prod(specs[n].shape_in(dims)) for n in weight_names(cls))
+    if total > MAX_WEIGHTS:
+        raise Int8SizeError(
+            f"the dims {named} imply {total} weights, above the limit {MAX_WEIGHTS}",
+            fix="shrink vocab, ctx, d or d_ff",
+        )
     for name, (bound, formula) in accumulator_bounds(dims, table0).items():
         if bound > INT32_MAX:
             raise Int8AccumulatorError(
@@ -160,26 +202,14 @@ def check_sizes(cls, dims: Mapping[str, int], table0: int) -> None:
                 f" (dims {named})",
                 fix="reduce the dimension in the formula so that the bound stays below 2**31",
             )
-    for k, cap in _CAPS.items():
-        if named[k] > cap:
-            raise Int8SizeError(
-                f"`dims.{k}` = {named[k]} exceeds the limit {cap}",
-                fix=f"int8 models are small: keep {k} <= {cap}",
-            )
-    specs = cls.__shapeml_fields__
-    total = sum(math.prod(specs[n].shape_in(dims)) for n in weight_names(cls))
-    if total > _MAX_WEIGHTS:
-        raise Int8SizeError(
-            f"the dims {named} imply {total} weights, above the limit {_MAX_WEIGHTS}",
-            fix="shrink vocab, ctx, d or d_ff",
-        )
 
 
 def check_tokens(obj: Any, vocab: int) -> tuple[str, ...]:
-    """The tokens as a tuple: `vocab` distinct non-empty strings, or E1601/E1602."""
-    if not isinstance(obj, (list, tuple)) or not all(isinstance(t, str) and t for t in obj):
+    """The tokens as a tuple: a list of `vocab` strings (E1601, E1602) that follow the vocabulary
+    rules (E1613, `_tokenizer.check_vocabulary`)."""
+    if not isinstance(obj, (list, tuple)):
         raise Int8FileError(
-            "`tokens` must be a list of non-empty strings (one per vocab entry)",
+            f"`tokens` must be a list of strings (one per vocab entry), got {show(obj)}",
             fix="write `tokens` as the string each token id spells",
         )
     if len(obj) != vocab:
@@ -187,13 +217,7 @@ def check_tokens(obj: Any, vocab: int) -> tuple[str, ...]:
             f"`tokens` holds {len(obj)} strings, but the vocabulary dims.vocab = V = {vocab}",
             fix="write exactly one string per token id",
         )
-    if len(set(obj)) != len(obj):
-        dup = next(t for i, t in enumerate(obj) if t in obj[:i])
-        raise Int8FileError(
-            f"`tokens` spells two ids the same way: {dup!r}",
-            fix="give every token a distinct string",
-        )
-    return tuple(obj)
+    return check_vocabulary(obj)
 
 
 def check_requant(obj: Any) -> dict[str, tuple[int, int]]:
@@ -204,7 +228,7 @@ def check_requant(obj: Any) -> dict[str, tuple[int, int]]:
         pair = obj[name]
         if not (isinstance(pair, list) and len(pair) == 2 and all(map(_is_int, pair))):
             raise Int8RequantError(
-                f"`requant.{name}` must be a pair [M, S] of integers, got {pair!r}",
+                f"`requant.{name}` must be a pair [M, S] of integers, got {show(pair)}",
                 fix=f"write `requant.{name}` as [multiplier, shift]",
             )
         m, s = int(pair[0]), int(pair[1])
@@ -226,7 +250,7 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...], dims: str) -> np.ndarra
     where = f"tensors.{name}"
     if not isinstance(obj, list):
         raise Int8FileError(
-            f"`{where}` must be a flat list of integers, got {type(obj).__name__}",
+            f"`{where}` must be a flat list of integers, got {show(obj)}",
             fix=f"write `{where}` row-major as a flat JSON list",
         )
     want = math.prod(shape)
@@ -235,22 +259,22 @@ def _tensor(name: str, obj: Any, shape: tuple[int, ...], dims: str) -> np.ndarra
             f"`{where}` holds {len(obj)} values, but its shape [{dims}] = {shape} needs {want}",
             fix=f"export `{name}` flattened row-major with {want} values",
         )
-    arr = np.asarray(obj)
-    if arr.dtype.kind != "i" or any(v is True or v is False for v in obj):
+    # On the Python values, before numpy sees them: a nested list, a float or 2**70 would
+    # otherwise become a 2-D, float or object array (or an OverflowError).
+    if not set(map(type, obj)) <= {int} and not all(map(_is_int, obj)):  # the first test: C speed
         bad = next(i for i, v in enumerate(obj) if not _is_int(v))
         raise Int8ValueError(
-            f"`{where}[{bad}]` = {obj[bad]!r} is not an integer",
+            f"`{where}[{bad}]` = {show(obj[bad])} is not an integer",
             fix="quantize to integers before export",
         )
-    out = np.flatnonzero((arr < -128) | (arr > 127))
-    if out.size:
-        i = int(out[0])
+    if obj and not -128 <= min(obj) <= max(obj) <= 127:
+        out = [i for i, v in enumerate(obj) if not -128 <= v <= 127]
         raise Int8ValueError(
-            f"`{where}[{i}]` = {int(arr[i])} lies outside int8 [-128, 127]"
-            f" ({out.size} values out of range)",
+            f"`{where}[{out[0]}]` = {show(obj[out[0]])} lies outside int8 [-128, 127]"
+            f" ({len(out)} values out of range)",
             fix="clip the quantized weights to [-128, 127]",
         )
-    return arr.astype(np.int8).reshape(shape)
+    return np.asarray(obj, dtype=np.int8).reshape(shape)
 
 
 def _file_shape(shape: tuple[int | str, ...]) -> str:
@@ -281,12 +305,12 @@ def validate(obj: Any, cls) -> dict[str, Any]:
         Int8RequantError, Int8ValueError: naming the first bad field found.
     """
     _keys(obj, "model file", _REQUIRED, _OPTIONAL)
-    if obj["format"] != FORMAT:
-        raise Int8FileError(
-            f"`format` is {obj['format']!r}, expected {FORMAT!r}",
+    if not (isinstance(obj["format"], str) and obj["format"] == FORMAT):
+        raise Int8FormatError(
+            f"`format` is {show(obj['format'])}, expected {FORMAT!r}",
             fix=f'set "format": "{FORMAT}" (or re-export the model)',
         )
-    dims = _dims(obj["dims"])
+    dims = check_dims(obj["dims"])
     table = check_exp_table(obj["exp_table"])
     mdims = model_dims(cls, dims, len(table))
     check_sizes(cls, mdims, int(table[0]))
@@ -304,43 +328,22 @@ def validate(obj: Any, cls) -> dict[str, Any]:
         tensors,
         dims=mdims,
         tokens=tokens,
-        meta_json=_meta_json(obj.get("meta", {})),
+        meta_json=meta_json(obj.get("meta", {})),
         exp_table=table,
         requant_pairs=pairs,
     )
 
 
-def _meta_json(meta: Any) -> str:
+def meta_json(meta: Any) -> str:
     if not isinstance(meta, Mapping):
         raise Int8FileError(
-            f"`meta` must be a JSON object, got {type(meta).__name__}",
+            f"`meta` must be a JSON object, got {show(meta)}",
             fix="write `meta` as an object (free-form notes) or leave it out",
         )
     try:
         return json.dumps(dict(meta))
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, RecursionError) as e:
         raise Int8FileError(
-            f"`meta` holds a value JSON cannot write ({e})",
+            f"`meta` holds a value JSON cannot write ({shorten(str(e))})",
             fix="keep `meta` to JSON values: objects, lists, strings, numbers, bools, null",
         ) from None
-
-
-def to_dict(m) -> dict[str, Any]:
-    """The model file of `m` as a JSON-ready object (`validate(to_dict(m), cls)` round-trips).
-
-    Keys come in the file's order: format, dims (d, heads, d_ff, vocab, ctx), tokens, requant
-    (in `REQUANT_POINTS` order), exp_table, tensors (in field order, flat row-major), meta.
-    """
-    pairs = np.asarray(m.requant_pairs)
-    return {
-        "format": FORMAT,
-        "dims": {k: int(m.dims[d]) for k, d in FILE_DIMS.items()},
-        "tokens": list(m.tokens),
-        "requant": {n: [int(p[0]), int(p[1])] for n, p in zip(REQUANT_POINTS, pairs, strict=True)},
-        "exp_table": np.asarray(m.exp_table).astype(int).tolist(),
-        "tensors": {
-            n: np.asarray(getattr(m, n)).reshape(-1).astype(int).tolist()
-            for n in weight_names(type(m))
-        },
-        "meta": json.loads(m.meta_json),
-    }

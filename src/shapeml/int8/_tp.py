@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -20,6 +21,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .._validate import shorten
 from ..models._dims import names_in
 from ..models._introspect import dotted_name
 from ..state import KVCache
@@ -127,11 +129,11 @@ def specs(tree):
     )
 
 
-def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
+def check_tp(tp: Any, dims: Mapping[str, int], *, devices: bool = True) -> None:
     """Raises Int8TensorParallelError unless tp splits heads and d_ff evenly over enough devices."""
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise Int8TensorParallelError(
-            f"tp must be a positive integer, got {tp!r}",
+            f"tp must be a positive integer, got {shorten(tp)}",
             fix="pass tp=1, 2, 4, ... (a divisor of heads and d_ff)",
         )
     for name, dim in (("heads", "H"), ("d_ff", "F")):
@@ -149,13 +151,27 @@ def check_tp(tp: int, dims: Mapping[str, int], *, devices: bool = True) -> None:
         )
 
 
+def make_mesh(tp: Any) -> Mesh:
+    """A one-axis mesh (`"tp"`) over the first tp devices (one per tp: made once).
+
+    Raises:
+        Int8TensorParallelError: (E1611) tp not a positive int, or more than the devices seen.
+    """
+    if type(tp) is not int or not 1 <= tp <= len(jax.devices()):
+        raise Int8TensorParallelError(
+            f"tp = {shorten(tp)} is not a device count in 1..{len(jax.devices())}",
+            fix="pass a positive int at most the number of devices (on CPU, set XLA_FLAGS="
+            "--xla_force_host_platform_device_count=N before JAX starts)",
+        )
+    return _make_mesh(tp)
+
+
 @functools.cache
-def make_mesh(tp: int) -> Mesh:
-    """A one-axis mesh (`"tp"`) over the first tp devices (one per tp: made once)."""
+def _make_mesh(tp: int) -> Mesh:
     return Mesh(np.asarray(jax.devices()[:tp]), (AXIS,))
 
 
-def mesh(m, tp: int) -> Mesh:
+def mesh(m, tp: Any) -> Mesh:
     """The mesh of a tp-way split of `m`, after checking tp (Int8TensorParallelError, E1611)."""
     check_tp(tp, m.dims)
     return make_mesh(tp)
@@ -186,7 +202,7 @@ def place_cache(k, v, tp: int):
     return _put(k, sharding), _put(v, sharding)
 
 
-def manifest(m, tp: int) -> TpManifest:
+def manifest(m, tp: Any) -> TpManifest:
     """The placement of every tensor of `m` (its fields, then the KV cache) for a tp-way split."""
     check_tp(tp, m.dims, devices=False)
     out, reduced = {}, []

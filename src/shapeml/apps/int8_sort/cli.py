@@ -1,7 +1,9 @@
 """`shapeml int8 ...`: train and export the tiny model, generate text with a model file, check one.
 
 The lead's `shapeml` parser calls `add_parser(subparsers)`; `main(argv)` runs the same commands
-on their own (`scripts/train_tiny_transformer.py` uses it).
+on their own (`scripts/train_tiny_transformer.py` uses it). Every flag is checked when parsed, and
+paths and flag combinations before any work (`.._flags`): a usage mistake is one coded line and
+exit status 2, a failure (a bad model file, a prompt the model cannot encode) one coded line and 1.
 """
 
 from __future__ import annotations
@@ -10,15 +12,33 @@ import argparse
 import sys
 import time
 
-from ..._errors import ShapemlError
+from .._flags import (
+    CommandParser,
+    UsageError,
+    count,
+    input_file,
+    output_file,
+    positive_real,
+    run_guarded,
+)
 
 __all__ = ["add_parser", "main"]
+
+_MAX_DIM = 8192  # the int8 file's caps on d, heads, d_ff and ctx (docs/int8.md)
+_MAX_BATCH = 65536
 
 
 def _train(args: argparse.Namespace) -> int:
     from .shipped import TINY_FLOAT_PATH, TINY_MODEL_PATH
     from .train import TrainConfig, train_int8
 
+    if args.d % args.heads:
+        raise UsageError(
+            f"--heads {args.heads} does not divide --d {args.d}",
+            fix="pick heads so that d / heads is a whole number (the head width)",
+        )
+    output_file(args.out, "--out")
+    output_file(args.float_out or None, "--float-out")
     cfg = TrainConfig(
         d=args.d,
         heads=args.heads,
@@ -51,6 +71,10 @@ def _generate(args: argparse.Namespace) -> int:
     from ...int8 import Int8Model
     from .shipped import TINY_MODEL_PATH
 
+    if args.model is not None:
+        input_file(args.model, "--model")
+    if not args.prompt:
+        raise UsageError("--prompt is empty", fix="give at least one token, e.g. --prompt 'fcak>'")
     m = Int8Model.from_json(args.model or TINY_MODEL_PATH)
     prompt = m.encode(args.prompt)
     if args.tp is not None:
@@ -78,6 +102,7 @@ def _generate(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     from ...int8 import Int8Model
 
+    input_file(args.file, "FILE")
     m = Int8Model.from_json(args.file)
     print(f"{args.file}: valid")
     print(m.summary())
@@ -85,12 +110,11 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _guard(fn):
+    """The command as `func(args) -> int`: a coded error is one line on stderr and exit status 2
+    (usage) or 1 (failure), as `shapeml` itself reports them (`run_guarded`)."""
+
     def run(args: argparse.Namespace) -> int:
-        try:
-            return fn(args)
-        except (ShapemlError, OSError, ValueError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            return 1
+        return run_guarded(lambda: fn(args))
 
     return run
 
@@ -126,14 +150,26 @@ def add_parser(subparsers) -> None:
         help="where to write the float weights (safetensors); default: next to the "
         "shipped model when --out is not given, else not written",
     )
-    t.add_argument("--steps", type=int, default=1500, help="training steps (default 1500)")
-    t.add_argument("--batch", type=int, default=64, help="sequences per step (default 64)")
-    t.add_argument("--lr", type=float, default=3e-3, help="peak AdamW learning rate (default 3e-3)")
-    t.add_argument("--seed", type=int, default=0, help="seed of data, init and batches (default 0)")
-    t.add_argument("--d", type=int, default=32, help="model width d (default 32)")
-    t.add_argument("--heads", type=int, default=4, help="attention heads (default 4)")
-    t.add_argument("--d-ff", dest="d_ff", type=int, default=64, help="FFN width (default 64)")
-    t.add_argument("--ctx", type=int, default=64, help="context length (default 64)")
+    t.add_argument("--steps", type=count(), default=1500, help="training steps (default 1500)")
+    t.add_argument(
+        "--batch", type=count(high=_MAX_BATCH), default=64, help="sequences per step (default 64)"
+    )
+    t.add_argument(
+        "--lr", type=positive_real(), default=3e-3, help="peak AdamW learning rate (default 3e-3)"
+    )
+    t.add_argument(
+        "--seed", type=count(low=0), default=0, help="seed of data, init and batches (default 0)"
+    )
+    t.add_argument("--d", type=count(high=_MAX_DIM), default=32, help="model width d (default 32)")
+    t.add_argument(
+        "--heads", type=count(high=_MAX_DIM), default=4, help="attention heads (default 4)"
+    )
+    t.add_argument(
+        "--d-ff", dest="d_ff", type=count(high=_MAX_DIM), default=64, help="FFN width (default 64)"
+    )
+    t.add_argument(
+        "--ctx", type=count(high=_MAX_DIM), default=64, help="context length (default 64)"
+    )
     t.set_defaults(func=_guard(_train))
 
     g = sub.add_parser(
@@ -152,17 +188,19 @@ def add_parser(subparsers) -> None:
         required=True,
         help="the prompt text (the shipped model sorts letters a-l: try 'fcak>')",
     )
-    g.add_argument("-n", type=int, default=32, help="how many tokens to generate (default 32)")
+    g.add_argument(
+        "-n", type=count(high=_MAX_DIM), default=32, help="how many tokens to generate (default 32)"
+    )
     g.add_argument(
         "--tp",
-        type=int,
+        type=count(high=4096),
         default=None,
         help="tensor-parallel degree: split heads and FFN over N devices (on CPU set "
         "XLA_FLAGS=--xla_force_host_platform_device_count=N)",
     )
     g.add_argument(
         "--repeat",
-        type=int,
+        type=count(high=1_000_000),
         default=20,
         help="timed runs after the first (compiling) one; the median is reported",
     )
@@ -181,7 +219,7 @@ def add_parser(subparsers) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Runs `shapeml int8 ARGS` on its own."""
-    parser = argparse.ArgumentParser(prog="shapeml")
+    parser = CommandParser(prog="shapeml")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["int8", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)
