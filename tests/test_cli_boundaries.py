@@ -21,7 +21,7 @@ from shapeml.apps import spotter_job
         (["train", "--devices", "0"], "--devices: the value is 0"),
         (["train", "--devices", "-1"], "--devices: the value is -1"),
         (["train", "--batch-size", "0"], "--batch-size: the value is 0"),
-        (["train", "--train-size", "10000000000"], "--train-size: the value is 10000000000"),
+        (["train", "--train-size", "100000"], "--train-size: the value is 100000"),
         (["train", "--lr", "nan"], "--lr: the value is nan"),
         (["train", "--lr=-1e-3"], "--lr: the value is -0.001"),
         (["train", "--lr", "inf"], "--lr: the value is inf"),

@@ -19,6 +19,7 @@ from ._errors import ArgumentTypeError as ArgumentTypeError
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
 from ._errors import explain as explain
+from ._file_errors import NonFiniteWarning as NonFiniteWarning
 from ._grad import Grad as Grad
 from ._grad import grad as grad
 from ._grad import norm as norm
@@ -87,6 +88,7 @@ __all__ = [
     "shaped",
     "ShapemlError",
     "ShapemlWarning",
+    "NonFiniteWarning",
     "static",
     "state",
     "submodel",

@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
 
 from . import _jax_internals as jxi
 from ._compile_cache import CompileCache, Signature, UnhashableStaticError, is_array
@@ -68,9 +69,10 @@ class LossShapeError(
     code="E1106",
     title="loss is not a scalar",
     explanation="""
-`value_and_grad(loss, m, ...)` differentiates a scalar: the loss returned an array with a shape.
-Reduce it to one number (`jnp.mean(...)` over the batch), or return `(scalar, aux)` with
-`has_aux=True` to carry other values along.
+`value_and_grad(loss, m, ...)` differentiates a floating-point scalar: the loss returned an array
+with a shape, an integer or complex value, or something that is not an array (None, a string).
+Reduce it to one floating number (`jnp.mean(...)` over the batch), or return `(scalar, aux)` with
+`has_aux=True` to carry other values along (and only then).
 """,
 ):
     pass
@@ -158,6 +160,31 @@ def _report(reads: Reads, loss_name: str, model_name: str) -> None:
         )
 
 
+def _scalar(out, has_aux: bool):
+    """The loss's value out of what it returned, E1106 unless it is a floating scalar."""
+    if has_aux:
+        if not (isinstance(out, (tuple, list)) and len(out) == 2):
+            what = "an array" if hasattr(out, "shape") else type(out).__name__
+            raise LossShapeError(
+                f"with has_aux=True the loss must return (value, aux), got {what}",
+                fix="return (loss, aux), or call without has_aux=True",
+            )
+        out = out[0]
+    if isinstance(out, (int, float)) and not isinstance(out, bool):
+        out = jnp.asarray(out)
+    if not (hasattr(out, "shape") and hasattr(out, "dtype")):
+        raise LossShapeError(
+            f"the loss returns a {type(out).__name__}, not an array",
+            fix="return the loss as a JAX scalar, e.g. jnp.mean(per_example_losses)",
+        )
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        raise LossShapeError(
+            f"the loss returns dtype {out.dtype}; value_and_grad needs a floating scalar",
+            fix="compute the loss in floating point (e.g. .astype(jnp.float32))",
+        )
+    return out
+
+
 def _unread(f: Callable, trees, has_aux: bool) -> Reads:
     """Traces the loss's tangent on abstract values and reads, per param, whether DCE keeps it.
 
@@ -172,8 +199,7 @@ def _unread(f: Callable, trees, has_aux: bool) -> Reads:
         rest, args, kwargs = eqx.combine(dyn, static)
 
         def value(p):
-            out = f(eqx.combine(p, rest), *args, **kwargs)
-            return out[0] if has_aux else out
+            return _scalar(f(eqx.combine(p, rest), *args, **kwargs), has_aux)
 
         return jax.jvp(value, (p,), (t,))[1]
 

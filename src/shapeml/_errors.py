@@ -53,7 +53,8 @@ _REGISTRY: dict[str, Explanation] = {}
 # complete), so `shapeml explain` knows every code without the core importing what is built on it.
 CODE_MODULES = (
     "shapeml._errors",
-    "shapeml._files",
+    "shapeml._file_errors",
+    "shapeml.models._limits",
     "shapeml._compile_cache",
     "shapeml._dead_params",
     "shapeml._grad",
@@ -205,6 +206,11 @@ def explain(code: str) -> Explanation:
     Raises:
         UnknownCodeError: (E0001) if no shapeml error or warning has this code.
     """
+    if not isinstance(code, str):
+        raise ArgumentTypeError(
+            f"`code` must be a string such as 'E0901', got {code!r} ({type(code).__name__})",
+            fix="pass the code as text: sm.explain('E0901')",
+        )
     key = code.strip().upper()
     _load_code_modules()
     if key not in _REGISTRY:

@@ -8,6 +8,7 @@ A `Grad[M]` holds exactly M's params, laid out like M (buffers are absent), so `
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -18,11 +19,20 @@ import numpy as np
 
 from ._dead_params import check_reads
 from ._errors import ArgumentTypeError, ShapemlError, similar
+from ._validate import instance, shorten
 from .models import Model
 from .models._introspect import param_mask
 from .models._model import UnknownFieldError
 
-__all__ = ["Grad", "GradMismatchError", "grad", "norm", "split_params", "value_and_grad"]
+__all__ = [
+    "Grad",
+    "GradMismatchError",
+    "UnknownParamError",
+    "grad",
+    "norm",
+    "split_params",
+    "value_and_grad",
+]
 
 
 class GradMismatchError(
@@ -55,9 +65,25 @@ trained, so `Grad[M]` holds params only. Make the field a `sm.param` if it shoul
     pass
 
 
+class UnknownParamError(
+    ShapemlError,
+    KeyError,
+    code="E0908",
+    title="no param by that dotted name",
+    explanation="""
+A gradient was indexed by a dotted name (`g["blocks.0.w1"]`) that names no param of its model:
+a typo, a buffer (buffers have no gradient), or a sub-model rather than a tensor. The message
+lists a similar name when one exists; `g.named()` maps every param's dotted name to its gradient.
+""",
+):
+    pass
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def split_params(m: Model) -> tuple[Model, Model]:
     """`(params, rest)`: two trees shaped like `m`, params in one and buffers in the other
     (None elsewhere); `eqx.combine(params, rest)` rebuilds `m`."""
+    instance("m", m, Model, "an sm.Model")
     return eqx.partition(m, param_mask(m))
 
 
@@ -133,12 +159,14 @@ class Grad(eqx.Module):
 
         return params(self._as_model())
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __getitem__(self, name: str) -> jax.Array:
         named = self.named()
-        if name not in named:
-            raise KeyError(
-                f"no param `{name}` in {type(self).__name__}"
-                + (f"; {hint}" if (hint := similar(name, named, what="param")) else "")
+        if not isinstance(name, str) or name not in named:
+            hint = similar(name, named, what="param") if isinstance(name, str) else None
+            raise UnknownParamError(
+                f"no param {shorten(name)} in {type(self).__name__}",
+                fix=hint or f"use one of its params' dotted names: {', '.join(list(named)[:8])}",
             )
         return named[name]
 
@@ -207,12 +235,15 @@ def _rebuild(model_class: type, tree) -> Grad:
     return Grad[model_class](tree)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def norm(g: Grad) -> jax.Array:
     """The global L2 norm of a gradient: the norm of all its values together."""
+    instance("g", g, Grad, "a gradient (sm.Grad[M], from sm.grad or sm.value_and_grad)")
     leaves = jax.tree.leaves(g)
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs):
     """Calls `f(m, *args, **kwargs)` and returns `(value, g)`, g a `Grad[type(m)]`.
 
@@ -230,11 +261,19 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
         >>> g.tw1.shape == m.tw1.shape
         True
     """
+    if not callable(f):
+        raise ArgumentTypeError(
+            f"value_and_grad(f, m, ...) takes the loss function first, got {shorten(f)} "
+            f"({type(f).__name__})",
+            fix="call it as sm.value_and_grad(loss, m, *args)",
+        )
     if not isinstance(m, Model):
         raise ArgumentTypeError(
             f"value_and_grad(f, m, ...) differentiates an sm.Model, got {type(m).__name__}; "
-            "use jax.value_and_grad for other functions"
+            "use jax.value_and_grad for other functions",
+            fix="pass the model second: sm.value_and_grad(loss, m, *args)",
         )
+    instance("has_aux", has_aux, bool, "True or False")
     params, rest = split_params(m)
 
     def loss_of_params(p, *a, **kw):
@@ -245,6 +284,7 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
     return value, Grad[type(m)](tree)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs):
     """Like `value_and_grad`, returning the `Grad[M]` alone (or `(g, aux)` with `has_aux`)."""
     value, g = value_and_grad(f, m, *args, has_aux=has_aux, **kwargs)

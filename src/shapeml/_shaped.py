@@ -14,13 +14,14 @@ from typing import TypeVar
 
 import numpy as np
 from beartype import beartype
-from beartype.roar import BeartypeCallHintViolation
+from beartype.roar import BeartypeCallHintViolation, BeartypeException
 from jaxtyping import Shaped, jaxtyped
 
-from ._errors import ShapemlError
+from ._errors import ArgumentTypeError, ShapemlError
+from ._validate import shorten
 from .models import Model
 
-__all__ = ["ShapeCheckError", "shaped"]
+__all__ = ["ShapeCheckError", "ShapedAnnotationError", "ShapedCallError", "shaped"]
 
 F = TypeVar("F", bound=Callable)
 
@@ -44,6 +45,48 @@ uses it. The message names the argument or return value and the current value of
     pass
 
 
+class ShapedCallError(
+    ShapemlError,
+    TypeError,
+    code="E1003",
+    title="arguments do not match the function's signature",
+    explanation="""
+A function decorated with `@sm.shaped` was called with arguments its signature does not take: one
+too many or too few, an unknown keyword, or the same argument given twice. The message shows the
+signature and what the call passed; the function did not run.
+
+    @sm.shaped
+    def forward(m: Spotter, img: UInt8[Array, "b 1 S S"]) -> Float[Array, "b C"]: ...
+
+    forward(m, img, y)        # E1003: takes 2 positional arguments but 3 were given
+    forward(m, image=img)     # E1003: missing `img`, unexpected keyword `image`
+""",
+):
+    pass
+
+
+class ShapedAnnotationError(
+    ShapemlError,
+    TypeError,
+    code="E1004",
+    title="annotation cannot be checked",
+    explanation="""
+`@sm.shaped` could not check a function's annotations: the decorated object is not a plain
+function, or an annotation names a type that cannot be found when the function is called (a
+string annotation naming a class that is not importable from the function's module). Define
+the names the annotations use at module level, or annotate with the types themselves.
+""",
+):
+    pass
+
+
+def _call_text(args: tuple, kwargs: dict) -> str:
+    parts = [f"{len(args)} positional argument(s)"]
+    if kwargs:
+        parts.append("keywords " + ", ".join(f"`{k[:40]}`" for k in list(kwargs)[:8]))
+    return " and ".join(parts)
+
+
 def _stand_ins(models: list[Model]) -> list[tuple[np.ndarray, type]]:
     """For each model, a zero-copy array shaped like its dims and the annotation naming them."""
     out = []
@@ -55,6 +98,7 @@ def _stand_ins(models: list[Model]) -> list[tuple[np.ndarray, type]]:
     return out
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
 
@@ -66,9 +110,24 @@ def shaped(fn: F) -> F:
 
     Raises:
         ShapeCheckError: (E1001) naming the argument and the dims' current values.
+        ShapedCallError: (E1003) for a call its signature does not take (checked first).
+        ShapedAnnotationError: (E1004) for annotations that cannot be checked.
+        ArgumentTypeError: (E0003) when `fn` is not callable.
     """
-    checked = beartype(fn)
-    sig = inspect.signature(fn)
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"@sm.shaped decorates a function, got {shorten(fn)} ({type(fn).__name__})",
+            fix="put @sm.shaped on a def",
+        )
+    qual = getattr(fn, "__qualname__", None) or type(fn).__name__
+    try:
+        checked = beartype(fn)
+        sig = inspect.signature(fn)
+    except (BeartypeException, ValueError, TypeError) as e:
+        raise ShapedAnnotationError(
+            f"@sm.shaped cannot check `{qual}`: {_first_paragraphs(str(e), 300)}",
+            fix="decorate a plain Python function whose annotations are importable types",
+        ) from None
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # unresolvable string annotations: fall back to the raw ones
@@ -82,28 +141,37 @@ def shaped(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         __tracebackhide__ = True
-        models = []
-        if model_params:
-            bound = sig.bind_partial(*args, **kwargs).arguments
-            models = [bound[n] for n in model_params if isinstance(bound.get(n), Model)]
+        try:
+            bound = sig.bind(*args, **kwargs).arguments
+        except TypeError as e:  # checked before beartype or the function see the call
+            raise ShapedCallError(
+                f"`{qual}{sig}` was called with {_call_text(args, kwargs)}: {e}",
+                fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{sig}",
+            ) from None
+        models = [bound[n] for n in model_params if isinstance(bound.get(n), Model)]
         try:
             with jaxtyped("context"):
                 # Binding must happen in this frame's memo: an isinstance check binds each dim.
                 for stand_in, dims_type in _stand_ins(models):
                     if not isinstance(stand_in, dims_type):
                         raise ShapeCheckError(
-                            f"the dims of the model arguments of `{fn.__qualname__}` disagree: "
+                            f"the dims of the model arguments of `{qual}` disagree: "
                             + "; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models),
                             fix="pass models whose shared dims are equal",
                         )
                 return checked(*args, **kwargs)
         except BeartypeCallHintViolation as e:
             raise ShapeCheckError(
-                f"`{fn.__qualname__}`: {_first_paragraphs(str(e))}",
+                f"`{qual}`: {_first_paragraphs(str(e))}",
                 fix="check the shapes passed in against the annotation (model dims: "
                 + ("; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models) or "none")
                 + ")",
             ) from e
+        except BeartypeException as e:  # e.g. a string annotation naming no importable type
+            raise ShapedAnnotationError(
+                f"`{qual}`: {_first_paragraphs(str(e), 300)}",
+                fix="define the names its annotations use at module level",
+            ) from None
 
     wrapper.__shaped__ = True
     return wrapper  # type: ignore[return-value]

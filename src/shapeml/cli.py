@@ -19,10 +19,11 @@ from .apps._flags import (
     run_guarded,
 )
 from .apps.int8_sort.cli import add_parser as add_int8_parser
+from .data.shapes import MAX_IMAGES
 
 __all__ = ["main"]
 
-_MAX_IMAGES = 1_000_000  # 16x16 float32 images: a million is 1 GiB, more is surely a typo
+_MAX_IMAGES = MAX_IMAGES  # what the shapes data set draws at most
 
 
 def _explain(args: argparse.Namespace) -> int:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator
 
 import numpy as np
 
-from .._errors import ArgumentError
+from .._errors import ArgumentError, ArgumentTypeError
+from .._validate import instance, integer, shorten
 
 __all__ = ["batches"]
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def batches(
     *arrays: np.ndarray,
     batch_size: int,
@@ -20,21 +23,52 @@ def batches(
 ) -> Iterator[tuple[np.ndarray, ...]]:
     """Yields tuples of same-index batches, reshuffled every epoch (deterministic per seed).
 
+    Every argument is checked when `batches` is called, before the first batch is asked for.
+
     Args:
-        *arrays: arrays with the same length along axis 0 (e.g. images and labels).
-        batch_size: examples per batch.
-        seed: shuffling seed; epoch `e` uses the permutation drawn from `(seed, e)`.
-        epochs: how many passes; None repeats forever.
+        *arrays: arrays `[n ...]` with the same length `n` along axis 0 (e.g. images and labels).
+        batch_size: examples per batch, `1 .. n`.
+        seed: shuffling seed (>= 0); epoch `e` uses the permutation drawn from `(seed, e)`.
+        epochs: how many passes (>= 1); None repeats forever.
         drop_last: drop a final short batch so every batch has the same shape (no recompiles).
+
+    Raises:
+        ArgumentTypeError: (E0003) for an argument that is not an array with a first axis, or a
+            size, seed or epoch count that is not a whole number.
+        ArgumentError: (E0002) for no arrays, empty arrays, arrays of different lengths, or a
+            batch size, seed or epoch count out of range.
     """
     if not arrays:
-        raise ArgumentError("batches() needs at least one array")
-    n = len(arrays[0])
-    for a in arrays:
-        if len(a) != n:
-            raise ArgumentError(f"batches(): arrays differ in length ({n} vs {len(a)})")
-    if not 0 < batch_size <= n:
-        raise ArgumentError(f"batch_size must be in 1..{n}, got {batch_size}")
+        raise ArgumentError(
+            "batches() needs at least one array", fix="call batches(x, y, batch_size=64)"
+        )
+    for i, a in enumerate(arrays):
+        if not (hasattr(a, "shape") and hasattr(a, "__getitem__")) or len(a.shape) == 0:
+            raise ArgumentTypeError(
+                f"batches(): argument {i} is {shorten(a)} ({type(a).__name__}), not an array "
+                "with a first axis to batch over",
+                fix="pass numpy arrays [n ...], e.g. np.asarray(data)",
+            )
+    n = arrays[0].shape[0]
+    lengths = [a.shape[0] for a in arrays]
+    if any(length != n for length in lengths):
+        raise ArgumentError(
+            f"batches(): arrays differ in length along axis 0 ({', '.join(map(str, lengths))})",
+            fix="pass arrays that pair up example by example (same first axis)",
+        )
+    if n == 0:
+        raise ArgumentError(
+            "batches(): the arrays are empty (length 0)", fix="pass at least one example"
+        )
+    batch_size = integer("batch_size", batch_size, low=1, high=n)
+    seed = integer("seed", seed, low=0)
+    if epochs is not None:
+        epochs = integer("epochs", epochs, low=1, fix="pass epochs >= 1, or None to repeat forever")
+    instance("drop_last", drop_last, bool, "True or False")
+    return _batches(arrays, n, batch_size, seed, epochs, drop_last)
+
+
+def _batches(arrays, n, batch_size, seed, epochs, drop_last):
     epoch = 0
     while epochs is None or epoch < epochs:
         order = np.random.default_rng((seed, epoch)).permutation(n)

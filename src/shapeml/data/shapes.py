@@ -6,30 +6,45 @@ background. Labels are 0 square, 1 disk, 2 plus, 3 cross. Generated from a seed,
 
 from __future__ import annotations
 
+import typing
+
 import numpy as np
 
-from .._errors import ArgumentError
+from .._validate import integer
 
-__all__ = ["CLASSES", "SIZE", "draw"]
+__all__ = ["CLASSES", "MAX_IMAGES", "SIZE", "draw"]
 
 CLASSES = ("square", "disk", "plus", "cross")
 SIZE = 16
+# Drawing takes about 12 KB of temporaries per image: this many is about 0.75 GB at peak.
+MAX_IMAGES = 2**16
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def draw(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Draws `n` labelled images, the same ones for the same seed.
 
     Classes are balanced: each appears `n // 4` or `n // 4 + 1` times, in shuffled order.
 
     Args:
-        n: how many images.
-        seed: the generator's seed.
+        n: how many images, `0 .. MAX_IMAGES` (65,536); draw more with several seeds.
+        seed: the generator's seed, a whole number >= 0.
 
     Returns:
         images: uint8 `[n 1 16 16]`; labels: int32 `[n]` in 0..3.
+
+    Raises:
+        ArgumentTypeError: (E0003) / ArgumentError: (E0002) for an `n` or `seed` that is not a
+            whole number in range.
     """
-    if n < 0:
-        raise ArgumentError(f"draw(n) needs n >= 0, got {n}")
+    n = integer(
+        "n",
+        n,
+        low=0,
+        high=MAX_IMAGES,
+        fix=f"pass n in 0..{MAX_IMAGES}, and draw more with several seeds",
+    )
+    seed = integer("seed", seed, low=0)
     rng = np.random.default_rng(seed)
     labels = rng.permutation(np.arange(n) % len(CLASSES)).astype(np.int32)
     radius = rng.integers(3, 7, size=n)  # half-size 3..6 pixels

@@ -21,11 +21,13 @@ from ._initializers import zeros as zeros
 from ._introspect import buffers as buffers
 from ._introspect import count_params as count_params
 from ._introspect import params as params
+from ._limits import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._model import Model as Model
 
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
+    "DEFAULT_MAX_BYTES",
     "Dims",
     "Model",
     "buffer",

@@ -6,22 +6,24 @@ file intact; reads never unpickle anything, and a bad file raises before any sta
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping
+import typing
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
-from .._version import __version__
+from .._validate import shorten
 from ._checks import child_dims
 from ._dims import Dims
-from ._introspect import declared, statics, tensors
+from ._introspect import declared, tensors
+from ._limits import check_size, max_bytes_of
+from ._metadata import check_kinds, model_metadata, saved_dims, saved_statics
 from ._model import Model, ShapeMismatchError
-from ._statics import from_json
 
 # `entry_problems`, `model_from_arrays` and `model_metadata` are the checkpoint codec that the
 # optimizer's checkpoints (`shapeml.optim`) build on: a model's entries inside a larger file.
@@ -75,29 +77,41 @@ CheckpointFileError = FileFormatError
 CheckpointMissingError = FileMissingError
 
 
-def model_metadata(m: Model) -> dict[str, str]:
-    cls = type(m)
-    return {
-        "shapeml.format": "model",
-        "shapeml.class": f"{cls.__module__}.{cls.__qualname__}",
-        "shapeml.dims": json.dumps({n: m.dims[n] for n in m.dims.free}),
-        "shapeml.kinds": json.dumps({k: kind for k, (kind, _) in tensors(m).items()}),
-        "shapeml.static": json.dumps(statics(m)),
-        "shapeml.version": __version__,
-    }
-
-
-def save(path: str | os.PathLike, m: Model) -> Path:
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def save(
+    path: str | os.PathLike, m: Model, *, allow_nonfinite: bool | Collection[str] = False
+) -> Path:
     """Saves every param and buffer of `m` by dotted name, with its class, dims and version.
 
-    The write is atomic: a crash mid-save leaves any old file at `path` intact.
+    The write is atomic: a crash mid-save leaves any old file at `path` intact, and the next save
+    there removes the temp file the crash left.
+
+    Args:
+        path: the file to write (its folder must exist).
+        m: the model.
+        allow_nonfinite: True to write NaN/inf values anyway, or the dotted names that may hold
+            them; by default a model holding any is refused and nothing is written.
+
+    Raises:
+        NonFiniteError: (E1307) naming every tensor holding NaN or an infinity.
+        ShapeMismatchError: (E0902) for a model whose tensors differ from its declaration.
+        FolderMissingError: (E1305), FileAccessError: (E1306) when the file cannot be written.
 
     Example:
         >>> sm.save("spotter.safetensors", m)
     """
     if not isinstance(m, Model):
-        raise ArgumentTypeError(f"sm.save(path, m) takes an sm.Model, got {type(m).__name__}")
+        raise ArgumentTypeError(
+            f"sm.save(path, m) takes an sm.Model, got {shorten(m)} ({type(m).__name__})",
+            fix="pass the model second: sm.save(path, model)",
+        )
     arrays = {k: v for k, (_, v) in tensors(m).items()}
+    if any(isinstance(v, jax.core.Tracer) for v in arrays.values()):
+        raise ArgumentTypeError(
+            f"sm.save(path, m) was called inside a JAX transformation (jit, vmap, grad): the "
+            f"tensors of `{type(m).__name__}` are traced, not values",
+            fix="save outside the transformation, e.g. after the jitted step returns",
+        )
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
     problems = entry_problems(expected, {k: np.asarray(v) for k, v in arrays.items()})
     if problems:  # e.g. a vmapped ensemble: every tensor has a leading axis no `load` expects
@@ -107,30 +121,74 @@ def save(path: str | os.PathLike, m: Model) -> Path:
             fix="save each member of an ensemble on its own: "
             "sm.save(path_i, jax.tree.map(lambda a: a[i], models))",
         )
-    return write_safetensors(path, arrays, model_metadata(m))
+    return write_safetensors(path, arrays, model_metadata(m), allow_nonfinite=allow_nonfinite)
 
 
-def load(path: str | os.PathLike, cls: type[Model] | None = None, *, like: Model | None = None):
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def load(
+    path: str | os.PathLike,
+    cls: type[Model] | None = None,
+    *,
+    like: Model | None = None,
+    max_bytes: int | None = None,
+    allow_nonfinite: bool | Collection[str] = False,
+):
     """Loads a model saved by `sm.save`, checking every entry's name, shape and dtype.
 
     Args:
         path: the checkpoint file.
         cls: the model class; its dims are taken from the file.
         like: instead of `cls`, a model whose class and dims the file must match.
+        max_bytes: the most the file's tensors and the model may hold, checked from the header
+            and the dims before any tensor is read (default 16 GiB).
+        allow_nonfinite: True (or the dotted names) to load NaN/inf values without warning.
 
     Raises:
         CheckpointError: (E1301) listing every missing, unexpected, wrong-shape and wrong-dtype
             entry at once, with near-miss suggestions.
         CheckpointModelError: (E1303) if the file holds another class or other dims.
-        CheckpointFileError: (E1302) for a truncated, corrupted or non-safetensors file.
+        CheckpointFileError: (E1302) for a truncated, corrupted or non-safetensors file, or
+            malformed shapeml metadata.
+        FileMissingError: (E1304), FileAccessError: (E1306) for a missing or unreadable file.
+        FileTooLargeError: (E1308), ModelTooLargeError: (E0906) beyond `max_bytes`.
+        ArgumentTypeError: (E0003) for a `cls` that is not an sm.Model class, or a `like` that
+            is not a model.
+
+    Warns:
+        NonFiniteWarning: (W1301) naming the tensors that hold NaN or an infinity.
     """
     if (cls is None) == (like is None):
-        raise ArgumentTypeError("sm.load(path, Cls) or sm.load(path, like=model): give exactly one")
+        raise ArgumentTypeError(
+            "sm.load(path, Cls) or sm.load(path, like=model): give exactly one",
+            fix="pass the model class, or a model to load like",
+        )
+    if like is not None and not isinstance(like, Model):
+        raise ArgumentTypeError(
+            f"sm.load(path, like=...) takes a model, got {shorten(like)} ({type(like).__name__})",
+            fix="pass a model instance as like=, or its class second: sm.load(path, Cls)",
+        )
+    if cls is not None and not (isinstance(cls, type) and issubclass(cls, Model)):
+        hint = "sm.load(path, like=m)" if isinstance(cls, Model) else "sm.load(path, Spotter)"
+        raise ArgumentTypeError(
+            f"sm.load(path, cls) takes an sm.Model class, got {shorten(cls)} ({type(cls).__name__})",
+            fix=f"pass the class the file was saved from, e.g. {hint}",
+        )
     cls = type(like) if like is not None else cls
+    limit = max_bytes_of(max_bytes)
     arrays, meta = read_safetensors(
-        path, fix="re-save it with sm.save(path, model); if it was copied, check the copy finished"
+        path,
+        fix="re-save it with sm.save(path, model); if it was copied, check the copy finished",
+        max_bytes=limit,
+        allow_nonfinite=allow_nonfinite,
     )
-    return model_from_arrays(cls, arrays, meta, str(path), like_dims=like.dims if like else None)
+    if meta.get("shapeml.format", "model") == "checkpoint":
+        raise CheckpointModelError(
+            f"`{path}` is a training checkpoint (a model and its optimizer), not a model file",
+            fix="load it with sm.load_checkpoint(path, Cls)",
+        )
+    return model_from_arrays(
+        cls, arrays, meta, str(path), like_dims=like.dims if like else None, max_bytes=limit
+    )
 
 
 def model_from_arrays(
@@ -139,8 +197,14 @@ def model_from_arrays(
     meta: Mapping[str, str],
     source: str,
     like_dims: Dims | None = None,
+    *,
+    max_bytes: int | None = None,
 ) -> Model:
-    """Builds a `cls` from dotted-name arrays and checkpoint metadata, checking everything."""
+    """Builds a `cls` from dotted-name arrays and checkpoint metadata, checking everything.
+
+    The metadata is checked first (E1302 for a malformed value), then the model's size from its
+    dims (E0906 beyond `max_bytes`, default 16 GiB), then every entry (E1301), then it is built.
+    """
     saved_class = meta.get("shapeml.class", "")
     if saved_class and saved_class.rsplit(".", 1)[-1] != cls.__qualname__.rsplit(".", 1)[-1]:
         raise CheckpointModelError(
@@ -156,15 +220,18 @@ def model_from_arrays(
             f"`{source}` was saved with other dims than the model it is loaded like ({diff})",
             fix=f"load with sm.load(path, {cls.__name__}) to take the file's dims",
         )
+    check_kinds(meta, source)
+    statics = saved_statics(meta, source)
+    check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`")
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims).items()}
     problems = entry_problems(expected, arrays)
     if problems:
         raise CheckpointError(
             f"`{source}` does not match `{cls.__name__}` ({' '.join(f'{k}={v}' for k, v in dims.items())}): "
-            f"{len(problems)} problem(s):\n    " + "\n    ".join(problems),
+            f"{len(problems)} problem(s):\n    " + "\n    ".join(_first(problems)),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
-    return _build(cls, dims, arrays, "", _file_statics(cls, meta, source))
+    return _build(cls, dims, arrays, "", statics)
 
 
 def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarray]) -> list[str]:
@@ -178,7 +245,8 @@ def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarra
         problems.append(f"missing: `{k}` {_fmt(*expected[k])}")
     for k in arrays:
         if k not in expected:
-            hint = similar(k, missing, what="missing entry")
+            # near-miss hints are for a renamed field or two, not for a file of another model
+            hint = similar(k, missing, what="missing entry") if len(missing) <= 64 else None
             problems.append(
                 f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
                 + (f" ({hint})" if hint else "")
@@ -200,31 +268,22 @@ def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarra
 
 
 def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
-    try:
-        saved = json.loads(meta.get("shapeml.dims", "{}"))
-    except json.JSONDecodeError:
-        raise CheckpointFileError(
-            f"`{source}` has unreadable dims metadata", fix="re-save it with sm.save"
-        ) from None
+    saved = saved_dims(meta, source)
     unknown = [k for k in saved if k not in cls.dims]
     if unknown:
         raise CheckpointModelError(
-            f"`{source}` was saved with dims {unknown} that `{cls.__name__}` does not declare",
+            f"`{source}` was saved with dims {shorten(unknown)} that `{cls.__name__}` does not "
+            "declare",
             fix="load it into the model class it was saved from",
         )
     return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
 
 
-def _file_statics(cls: type[Model], meta: Mapping[str, str], source: str) -> dict:
-    try:
-        saved = json.loads(meta.get("shapeml.static", "{}"))
-        if not isinstance(saved, dict):
-            raise ValueError(type(saved).__name__)
-    except ValueError:  # JSONDecodeError is a ValueError
-        raise CheckpointFileError(
-            f"`{source}` has unreadable static-field metadata", fix="re-save it with sm.save"
-        ) from None
-    return {k: from_json(v) for k, v in saved.items()}
+def _first(problems: list[str], limit: int = 40) -> list[str]:
+    """The problems to list in a message: all of a few, the first `limit` of many."""
+    if len(problems) <= limit:
+        return problems
+    return [*problems[:limit], f"... and {len(problems) - limit} more"]
 
 
 def _fmt(shape, dtype) -> str:

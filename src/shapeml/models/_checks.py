@@ -10,10 +10,36 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._cast import cast_host_array
+from .._errors import ArgumentTypeError
+from .._validate import integer, shorten
 from ._dims import Dims, DimsError
 from ._fields import FieldSpec
 
-__all__ = ["check_value", "child_dims", "describe_spec", "dims_str"]
+__all__ = ["check_value", "child_dims", "describe_spec", "dims_str", "key_of"]
+
+_SEED_FIX = "pass a whole number, a jax.random.key, or an int array (e.g. under jax.vmap)"
+
+
+def key_of(seed: Any) -> jax.Array:
+    """The PRNG key `init` draws from: `seed` itself if it is a key, else `jax.random.key(seed)`.
+
+    A Python or numpy int must fit in 64 bits; an array (a tracer under `jax.vmap`) must have an
+    integer dtype. Floats, bools and strings are refused rather than truncated.
+
+    Raises:
+        ArgumentTypeError: (E0003) / ArgumentError: (E0002) for a seed that is none of these.
+    """
+    if isinstance(seed, jax.Array) or (isinstance(seed, np.ndarray) and seed.ndim > 0):
+        if jax.dtypes.issubdtype(seed.dtype, jax.dtypes.prng_key):
+            return seed
+        if seed.ndim > 0 or not jnp.issubdtype(seed.dtype, jnp.integer):
+            raise ArgumentTypeError(
+                f"`seed` must be one integer, got an array of {seed.dtype} {list(seed.shape)}",
+                fix=_SEED_FIX + "; for an ensemble: jax.vmap(M.init)(jnp.arange(n))",
+            )
+        return jax.random.key(seed)
+    n = integer("seed", seed, low=-(2**63), high=2**64 - 1, fix=_SEED_FIX)
+    return jax.random.key(np.uint64(n) if n >= 2**63 else n)
 
 
 def child_dims(model: type, parent: Dims) -> Dims:
@@ -70,7 +96,10 @@ def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
         return tuple(v for v, _ in checked), ("; ".join(problems) or None)
     expected = spec.shape_in(dims)
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-        value = np.asarray(value)
+        try:
+            value = np.asarray(value)
+        except (ValueError, TypeError) as e:  # a ragged list, an object numpy cannot hold
+            return value, f"{name}: {shorten(value)} is not an array ({str(e).splitlines()[0]})"
     if isinstance(value, np.ndarray) and not isinstance(value, jax.Array):
         converted, why = cast_host_array(value, spec.dtype)
         if why and tuple(value.shape) == expected:

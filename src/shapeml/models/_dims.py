@@ -6,14 +6,22 @@ a read-only mapping `name -> int`, with attribute access (`dims.N == 16`).
 
 from __future__ import annotations
 
-import ast
-import operator
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from .._errors import ShapemlError, similar
+from .._errors import ArgumentError, ArgumentTypeError, ShapemlError, similar
+from .._validate import integer, shorten
+from ._dim_expr import MAX_DIM, ExprError, compute, names
 
-__all__ = ["Dims", "DimsError", "DimsOverrideError", "UnknownDimError", "evaluate", "names_in"]
+__all__ = [
+    "MAX_DIM",
+    "Dims",
+    "DimsError",
+    "DimsOverrideError",
+    "UnknownDimError",
+    "evaluate",
+    "names_in",
+]
 
 
 class DimsError(
@@ -68,87 +76,47 @@ and, when one is close, suggests it.
     pass
 
 
-_BINOPS = {
-    ast.Add: operator.add,
-    ast.Sub: operator.sub,
-    ast.Mult: operator.mul,
-    ast.FloorDiv: operator.floordiv,
-    ast.Mod: operator.mod,
-    ast.Pow: operator.pow,
-    ast.Div: None,  # exact division, checked below
-}
-
-
-def _parse(expr: str, where: str) -> ast.expr:
+def _whole(name: str, value: Any, error: type[ShapemlError], fix: str) -> int:
+    """`value` as an int in `0 .. MAX_DIM` (numpy ints exactly, no bools or floats), or `error`."""
     try:
-        tree = ast.parse(expr.strip(), mode="eval").body
-    except SyntaxError:
-        raise DimsError(
-            f"{where}: `{expr}` is not an expression of dims",
-            fix="write it with dim names, whole numbers and + - * // / % ** ( ), e.g. `(S // P) ** 2`",
+        return integer(name, value, low=0, high=MAX_DIM, fix=fix)
+    except (ArgumentError, ArgumentTypeError) as e:
+        over = isinstance(e, ArgumentError) and int(value) > MAX_DIM
+        kind = "" if isinstance(e, ArgumentError) else f" ({type(value).__name__})"
+        raise error(
+            f"dim `{name}` must be a whole number >= 0, got {shorten(value)}{kind}"
+            + (", more than the largest dim 2**62" if over else ""),
+            fix=fix,
         ) from None
-    for node in ast.walk(tree):
-        ok = isinstance(node, (ast.BinOp, ast.UnaryOp, ast.Name, ast.Load, ast.USub, ast.UAdd))
-        ok = ok or type(node) in _BINOPS
-        if isinstance(node, ast.Constant):
-            ok = type(node.value) is int
-        if not ok:
-            raise DimsError(
-                f"{where}: `{expr}` uses `{ast.unparse(node) if isinstance(node, ast.expr) else type(node).__name__}`, "
-                "which a dim expression cannot contain",
-                fix="use only dim names, whole numbers and + - * // / % ** ( )",
-            )
-    return tree
 
 
 def names_in(expr: str, where: str = "dim expression") -> set[str]:
-    """The dim names an expression reads."""
-    return {n.id for n in ast.walk(_parse(expr, where)) if isinstance(n, ast.Name)}
+    """The dim names an expression reads.
+
+    Raises:
+        DimsError: (E0903) for a string that is not an expression of dims.
+    """
+    try:
+        return names(expr, where)
+    except ExprError as e:
+        raise DimsError(str(e), fix=e.fix) from None
 
 
 def evaluate(expr: str | int, values: Mapping[str, int], where: str = "dim expression") -> int:
     """Evaluates a dim expression against resolved dim values.
 
+    Every intermediate value is checked against `MAX_DIM` (powers before they are computed), so
+    no expression can build a huge number or hang.
+
     Raises:
-        DimsError: (E0903) for an unknown name, a non-integer or negative result.
+        DimsError: (E0903) for an unknown name, a non-integer, negative or too large result.
     """
     if isinstance(expr, int):
         return expr
-
-    def ev(node: ast.expr) -> int:
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in values:
-                raise DimsError(
-                    f"{where}: `{expr}` reads the dim `{node.id}`, which is not declared "
-                    f"(declared: {', '.join(values) or 'none'})",
-                    fix=similar(node.id, values, what="dim") or f"declare `{node.id}` in sm.Dims",
-                )
-            return values[node.id]
-        if isinstance(node, ast.UnaryOp):
-            v = ev(node.operand)
-            return -v if isinstance(node.op, ast.USub) else v
-        left, right = ev(node.left), ev(node.right)
-        if isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)) and right == 0:
-            raise DimsError(f"{where}: `{expr}` divides by zero", fix="check the dims it reads")
-        if isinstance(node.op, ast.Div):
-            if left % right:
-                raise DimsError(
-                    f"{where}: `{expr}` is not a whole number ({left} / {right})",
-                    fix="use `//` to round down, or choose dims that divide exactly",
-                )
-            return left // right
-        if isinstance(node.op, ast.Pow) and (right < 0 or right > 64):
-            raise DimsError(f"{where}: `{expr}` raises to the power {right}", fix="use 0..64")
-        return _BINOPS[type(node.op)](left, right)
-
-    value = ev(_parse(expr, where))
-    if value < 0:
-        raise DimsError(
-            f"{where}: `{expr}` is {value}, a negative size", fix="check the dims it reads"
-        )
-    return value
+    try:
+        return compute(expr, values, where)
+    except ExprError as e:
+        raise DimsError(str(e), fix=e.fix) from None
 
 
 class Dims(Mapping[str, int]):
@@ -169,15 +137,11 @@ class Dims(Mapping[str, int]):
     __slots__ = ("_decls", "_values")
 
     def __init__(self, **decls: Any):  # int or expression str, validated below
-        for name, v in decls.items():
-            if isinstance(v, bool) or not isinstance(v, (int, str)):
-                raise DimsError(
-                    f"dim `{name}` is {v!r} ({type(v).__name__})",
-                    fix='give a whole number (`D=32`) or an expression string (`N="S // P"`)',
-                )
-            if isinstance(v, int) and v < 0:
-                raise DimsError(f"dim `{name}` is {v}, a negative size", fix="use a size >= 0")
-        object.__setattr__(self, "_decls", dict(decls))
+        fix = 'give a whole number >= 0 (`D=32`) or an expression string (`N="S // P"`)'
+        decls = {
+            n: v if isinstance(v, str) else _whole(n, v, DimsError, fix) for n, v in decls.items()
+        }
+        object.__setattr__(self, "_decls", decls)
         object.__setattr__(self, "_values", self._resolve())
 
     def _resolve(self) -> dict[str, int]:
@@ -193,26 +157,8 @@ class Dims(Mapping[str, int]):
                         fix=similar(u, self._decls, what="dim") or f"declare `{u}` in sm.Dims",
                     )
         values: dict[str, int] = {}
-        visiting: list[str] = []
-
-        def visit(n: str) -> int:
-            if n in values:
-                return values[n]
-            if n in visiting:
-                cycle = " -> ".join([*visiting[visiting.index(n) :], n])
-                raise DimsError(
-                    f"dims depend on themselves: {cycle}",
-                    fix="make one of them a number (a free dim)",
-                )
-            visiting.append(n)
-            for u in sorted(deps[n]):
-                visit(u)
-            visiting.pop()
-            values[n] = evaluate(self._decls[n], values, f"dim `{n}`")
-            return values[n]
-
         for n in self._decls:
-            visit(n)
+            _visit(n, self._decls, deps, values, [])
         return {n: values[n] for n in self._decls}
 
     @property
@@ -245,11 +191,8 @@ class Dims(Mapping[str, int]):
                     f"`{n}` = `{self._decls[n]}` is derived, so it cannot be set to {v}",
                     fix=f"override the dims it is computed from ({reads})",
                 )
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise DimsOverrideError(
-                    f"dim `{n}` must be a whole number >= 0, got {v!r}",
-                    fix=f"pass e.g. `{n}={self._values[n]}`",
-                )
+            fix = f"pass a whole number >= 0, e.g. `{n}={self._values[n]}`"
+            overrides[n] = _whole(n, v, DimsOverrideError, fix)
         return Dims(**{**self._decls, **overrides})
 
     def __getitem__(self, name: str) -> int:
@@ -296,6 +239,23 @@ class Dims(Mapping[str, int]):
     def declarations(self) -> dict[str, int | str]:
         """The declarations as given (free dims as numbers, derived ones as expressions)."""
         return dict(self._decls)
+
+
+def _visit(n: str, decls: dict, deps: dict, values: dict[str, int], visiting: list[str]) -> None:
+    """Resolves dim `n` into `values`, its dependencies first (a module-level function rather
+    than a closure, so nothing is re-created per `Dims`)."""
+    if n in values:
+        return
+    if n in visiting:
+        cycle = " -> ".join([*visiting[visiting.index(n) :], n])
+        raise DimsError(
+            f"dims depend on themselves: {cycle}", fix="make one of them a number (a free dim)"
+        )
+    visiting.append(n)
+    for u in sorted(deps[n]):
+        _visit(u, decls, deps, values, visiting)
+    visiting.pop()
+    values[n] = evaluate(decls[n], values, f"dim `{n}`")
 
 
 def _rebuild(decls):

@@ -7,6 +7,7 @@ jaxtyping annotation (`Float[Array, "P*P D"]`) for its shape in dims and its dty
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -103,8 +104,16 @@ def submodel(model: type):
     return _declare(FieldSpec("submodel", model=model))
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def submodels(model: type, count: int | str):
     """Declares a tuple of `count` sub-models (a number or a dim name, e.g. `"L"`)."""
+    if not isinstance(count, str) and (
+        type(count) is not int or not 0 <= count <= 2**62  # bools, floats, negatives
+    ):
+        raise FieldDeclarationError(
+            f"sm.submodels(..., count={count!r}): count must be a whole number >= 0 or a dim name",
+            fix='write e.g. sm.submodels(Block, "L") with L a dim, or sm.submodels(Block, 2)',
+        )
     return _declare(FieldSpec("submodels", model=model, count=count))
 
 

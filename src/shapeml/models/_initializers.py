@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import typing
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._errors import ArgumentError, ArgumentTypeError
+from .._errors import ArgumentTypeError
+from .._validate import real, shorten
 
 __all__ = ["Initializer", "full", "normal", "ones", "uniform", "zeros"]
 
@@ -78,22 +80,28 @@ ones = _Full(1, name="ones")
 """Initializes every element to 1 (any dtype)."""
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def full(value: float | int | bool) -> Initializer:
     """Initializes every element to `value`."""
     if not isinstance(value, (int, float, bool, np.number)):
-        raise ArgumentTypeError(f"full(value) takes a number, got {value!r}")
+        raise ArgumentTypeError(
+            f"full(value) takes a number, got {shorten(value)} ({type(value).__name__})",
+            fix="pass a Python or numpy number, e.g. sm.full(0.5)",
+        )
     return _Full(value)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def normal(mean: float | int = 0.0, std: float | int = 1.0) -> Initializer:
     """Draws from a normal distribution with this mean and standard deviation (floats only)."""
-    if not std >= 0:
-        raise ArgumentError(f"normal(std={std}) needs std >= 0")
-    return _Normal(float(mean), float(std))
+    mean = real("mean", mean, fix="pass a finite number, e.g. sm.normal(mean=0.0, std=0.02)")
+    std = real("std", std, low=0.0, fix="pass a finite number >= 0, e.g. sm.normal(std=0.02)")
+    return _Normal(mean, std)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def uniform(lo: float | int = 0.0, hi: float | int = 1.0) -> Initializer:
     """Draws uniformly from `[lo, hi)` (floats only)."""
-    if not hi >= lo:
-        raise ArgumentError(f"uniform(lo={lo}, hi={hi}) needs lo <= hi")
-    return _Uniform(float(lo), float(hi))
+    lo = real("lo", lo, fix="pass finite numbers lo <= hi, e.g. sm.uniform(-0.1, 0.1)")
+    hi = real("hi", hi, low=lo, fix=f"pass hi >= lo = {lo}, e.g. sm.uniform({lo}, {lo + 1})")
+    return _Uniform(lo, hi)

@@ -2,15 +2,27 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator
 
 import jax
 
+from .._errors import ArgumentTypeError
+from .._validate import shorten
 from ._checks import child_dims
 from ._fields import FieldSpec
 from ._model import Model
 
-__all__ = ["buffers", "count_params", "declared", "param_mask", "params", "statics", "tensors"]
+__all__ = [
+    "buffers",
+    "count_params",
+    "declared",
+    "decays",
+    "param_mask",
+    "params",
+    "statics",
+    "tensors",
+]
 
 
 def _walk(m: Model, prefix: str = "") -> Iterator[tuple[str, FieldSpec, object]]:
@@ -25,24 +37,49 @@ def _walk(m: Model, prefix: str = "") -> Iterator[tuple[str, FieldSpec, object]]
             yield prefix + name, spec, value
 
 
+def _model(fn: str, m: object) -> Model:
+    if not isinstance(m, Model):
+        hint = (
+            f"an instance, e.g. sm.{fn}({m.__name__}.init(seed=0))"
+            if isinstance(m, type)
+            else "a model"
+        )
+        raise ArgumentTypeError(
+            f"sm.{fn}(m) takes an sm.Model, got {shorten(m)} ({type(m).__name__})",
+            fix=f"pass {hint}",
+        )
+    return m
+
+
 def tensors(m: Model) -> dict[str, tuple[str, jax.Array]]:
     """Every tensor of `m` by dotted name, as `(kind, array)` with kind "param" or "buffer"."""
     return {name: (spec.kind, value) for name, spec, value in _walk(m)}
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def params(m: Model) -> dict[str, jax.Array]:
     """The trained tensors of `m`, by dotted name (`blocks.0.w1`)."""
-    return {name: v for name, spec, v in _walk(m) if spec.kind == "param"}
+    return {name: v for name, spec, v in _walk(_model("params", m)) if spec.kind == "param"}
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def buffers(m: Model) -> dict[str, jax.Array]:
     """The saved-but-not-trained tensors of `m`, by dotted name."""
-    return {name: v for name, spec, v in _walk(m) if spec.kind == "buffer"}
+    return {name: v for name, spec, v in _walk(_model("buffers", m)) if spec.kind == "buffer"}
 
 
+def decays(m: Model) -> dict[str, bool]:
+    """Whether weight decay applies to each param of `m`, by dotted name: its `sm.param(decay=)`.
+
+    `m` may be a params-only tree (buffers None), as an optimizer's gradients and updates are.
+    """
+    return {name: spec.decay for name, spec, _ in _walk(m) if spec.kind == "param"}
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def count_params(m: Model) -> int:
     """How many numbers `m`'s params hold (buffers excluded)."""
-    return sum(int(v.size) for v in params(m).values())
+    return sum(int(v.size) for v in params(_model("count_params", m)).values())
 
 
 def statics(m: Model) -> dict[str, object]:

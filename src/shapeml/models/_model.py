@@ -19,10 +19,12 @@ import jax
 import jax.numpy as jnp
 
 from .._compile_cache import CompileCache
-from .._errors import ShapemlError, similar
-from ._checks import check_value, child_dims, describe_spec, dims_str
+from .._errors import ArgumentTypeError, ShapemlError, similar
+from .._validate import shorten
+from ._checks import check_value, child_dims, describe_spec, dims_str, key_of
 from ._dims import Dims, DimsError
 from ._fields import FieldDeclarationError, FieldSpec, complete_spec, spec_of
+from ._limits import check_size, max_bytes_of
 from ._repr import repr_lines
 from ._statics import check_static
 
@@ -178,14 +180,26 @@ class Model(eqx.Module):
         cls.__shapeml_fields__ = fields
         cls.__shapeml_statics__ = statics
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(self, *, dims: Dims | Mapping[str, int] | None = None, **values: Any):
         cls = type(self)
         specs = cls.__shapeml_fields__
         decl: Dims = cls.dims
         if dims is None:
             dims = decl
-        elif not isinstance(dims, Dims):
+        elif isinstance(dims, Mapping) and not isinstance(dims, Dims):
+            if not all(isinstance(k, str) for k in dims):
+                raise ArgumentTypeError(
+                    f"`dims` of `{cls.__name__}` must be named by str, got {shorten(dict(dims))}",
+                    fix=f"pass dims={{'D': 32}} or dims={cls.__name__}.dims.resolve(D=32)",
+                )
             dims = decl.resolve(**dict(dims))
+        elif not isinstance(dims, Dims):
+            raise ArgumentTypeError(
+                f"`dims` of `{cls.__name__}` must be an sm.Dims or a mapping, got "
+                f"{shorten(dims)} ({type(dims).__name__})",
+                fix=f"pass dims={cls.__name__}.dims.resolve(D=32), or leave it out",
+            )
         elif dims.declarations().keys() != decl.declarations().keys():
             raise DimsError(
                 f"`{cls.__name__}` declares dims {list(decl)}, but was given {list(dims)}",
@@ -225,7 +239,8 @@ class Model(eqx.Module):
         object.__setattr__(self, "_dims", dims)
 
     @classmethod
-    def init(cls, seed: int | jax.Array = 0, **dims: Any):
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(cls, seed: int | jax.Array = 0, *, max_bytes: int | None = None, **dims: Any):
         """A new model whose every field is drawn by its initializer.
 
         Field `f` draws from `fold_in(key(seed), h(f))` with `h` a stable hash of its dotted name,
@@ -234,19 +249,23 @@ class Model(eqx.Module):
         Args:
             seed: a whole number, a `jax.random.key`, or an int array (so `jax.vmap(M.init)`
                 over seeds builds an ensemble, each member with a leading axis).
+            max_bytes: the most the model may hold, checked from the declarations before anything
+                is allocated (default 16 GiB: `shapeml.models.DEFAULT_MAX_BYTES`).
             **dims: overrides of free dims (`D=64`), and values of static fields (`sm.static()`);
                 a static field not given takes its default.
 
         Raises:
             DimsOverrideError: (E0904) for an unknown or derived dim, or a bad value.
+            ModelTooLargeError: (E0906) for a field or model larger than `max_bytes`.
+            ArgumentTypeError: (E0003) for a seed that is not an integer or a key.
         """
-        is_key = isinstance(seed, jax.Array) and jax.dtypes.issubdtype(
-            seed.dtype, jax.dtypes.prng_key
-        )
-        key = seed if is_key else jax.random.key(seed)  # an int array works too: vmap over seeds
+        key = key_of(seed)
+        limit = max_bytes_of(max_bytes)
         statics = {k: dims.pop(k) for k in list(dims) if k in cls.__shapeml_statics__}
         statics = tuple((k, check_static(cls.__name__, k, v)) for k, v in sorted(statics.items()))
-        return _INIT.get(_InitKey(cls, cls.dims.resolve(**dims), statics))(key)
+        resolved = cls.dims.resolve(**dims)
+        check_size(cls, resolved, limit, f"`{cls.__name__}.init`")
+        return _INIT.get(_InitKey(cls, resolved, statics))(key)
 
     @classmethod
     def _init_at(cls, key: jax.Array, dims: Dims, prefix: str, statics: tuple = ()):
@@ -267,6 +286,7 @@ class Model(eqx.Module):
                 values[name] = jnp.asarray(spec.init(field_key, shape, spec.dtype), spec.dtype)
         return cls(dims=dims, **values)
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def replace(self, **changes: Any):
         """A new model with some fields replaced, each checked against its declaration.
 

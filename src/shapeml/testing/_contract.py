@@ -16,6 +16,7 @@ import numpy as np
 
 from .._errors import ArgumentTypeError, ShapemlError
 from .._shaped import ShapeCheckError, shaped
+from .._validate import instance, integer, shorten
 from ..models import Model
 
 __all__ = ["ContractError", "check_contract"]
@@ -66,6 +67,12 @@ def _stand_in(name: str, hint: Any, bindings: Mapping[str, Any]) -> jax.ShapeDty
                     f"argument `{name}` has shape `{dim_str}`, and no size is given for `{tok}`",
                     fix=f"pass sizes={{'{tok}': [...]}} or dims={{'{tok}': n}}",
                 ) from None
+            except Exception as e:  # a token that is no expression of sizes (`a-`, `b/0`)
+                raise ContractError(
+                    f"argument `{name}` has shape `{dim_str}`; `{tok}` cannot be computed from "
+                    f"the sizes ({type(e).__name__}: {e})",
+                    fix="write its annotation's shape with dims, sizes and + - * //",
+                ) from None
     dtypes = getattr(hint, "dtypes", None)
     if isinstance(dtypes, (list, tuple)):
         dtype = next((d for d in ("float32", "int32", "uint8", "bool") if d in dtypes), dtypes[-1])
@@ -78,6 +85,32 @@ def _where(combo: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in combo.items())
 
 
+def _checked_sizes(sizes: Any) -> dict[str, list[int | str]]:
+    if sizes is None:
+        return {"b": [1, 3]}
+    instance("sizes", sizes, Mapping, "a mapping of dim name to sizes, e.g. {'b': [1, 7]}")
+    out = {}
+    for name, values in sizes.items():
+        if not isinstance(name, str) or not isinstance(values, (list, tuple)) or not values:
+            raise ArgumentTypeError(
+                f"sizes[{shorten(name)}] is {shorten(values)}, not a non-empty list of sizes",
+                fix="pass sizes={'b': [1, 7, 'b']}: whole numbers >= 0, or a name for symbolic",
+            )
+        out[name] = [
+            v if isinstance(v, str) and v.isidentifier() else integer(f"sizes[{name!r}]", v, low=0)
+            for v in values
+        ]
+    return out
+
+
+def _checked_dims(dims: Any) -> dict[str, int]:
+    if dims is None:
+        return {}
+    instance("dims", dims, Mapping, "a mapping of dim name to size, e.g. {'S': 16}")
+    return {str(k): integer(f"dims[{k!r}]", v, low=0) for k, v in dims.items()}
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def check_contract(
     fn: Callable,
     *args: Any,
@@ -100,9 +133,21 @@ def check_contract(
     Raises:
         ContractError: (E1002) naming the sizes tried and the dim that broke.
     """
-    sizes = dict(sizes or {"b": [1, 3]})
-    sig = inspect.signature(fn)
-    hints = typing.get_type_hints(inspect.unwrap(fn))
+    sizes, dims = _checked_sizes(sizes), _checked_dims(dims)
+    if not callable(fn):
+        raise ArgumentTypeError(
+            f"check_contract(fn, ...) takes a function, got {shorten(fn)} ({type(fn).__name__})",
+            fix="pass the function whose annotations to check",
+        )
+    try:
+        sig = inspect.signature(fn)
+        hints = typing.get_type_hints(inspect.unwrap(fn))
+    except Exception as e:  # unresolvable string annotations, a builtin without a signature
+        raise ContractError(
+            f"cannot read the annotations of `{getattr(fn, '__qualname__', shorten(fn))}`: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+            fix="define the names its annotations use at module level",
+        ) from None
     params = list(sig.parameters)
     given = [
         _abstract_model(a)
@@ -121,7 +166,7 @@ def check_contract(
         combos = [{**c, n: v} for c in combos for v in sizes[n]]
     records = []
     for combo in combos:
-        bindings = {**model_dims, **(dims or {})}
+        bindings = {**model_dims, **dims}
         for n, v in combo.items():
             bindings[n] = jax.export.symbolic_shape(v)[0] if isinstance(v, str) else v
         built = [_stand_in(p, hints.get(p), bindings) for p in params[len(given) :]]
