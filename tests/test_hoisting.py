@@ -20,6 +20,7 @@ from shapeml import _compile_cache
 from shapeml.hoisting import (
     ArtifactCorruptError,
     ArtifactMismatchError,
+    ExportedInputError,
     ExportError,
     HoistArgumentError,
     MutableWeightsError,
@@ -456,6 +457,25 @@ def test_export_round_trip_any_batch(tmp_path):
         np.testing.assert_allclose(loaded(x), jax.jit(dense)(m, x), rtol=1e-6, atol=1e-6)
 
 
+def masked(m, x):
+    # the -inf mask depends on the weights only, so it is hoisted into the stored tensors
+    mask = jnp.where(m["scale"] > 1.0, -jnp.inf, 0.0)[None, :]
+    return jax.nn.softmax(x @ m["q"].astype(jnp.float32) + mask, axis=-1)
+
+
+def test_export_stores_a_computed_infinity_but_refuses_nonfinite_weights(tmp_path):
+    m = make_model(0)
+    m = {**m, "scale": m["scale"].at[0].set(2.0)}
+    path = tmp_path / "masked.safetensors"
+    sm.export(masked, m, (jnp.ones((2, D_IN)),), path)
+    x = jax.random.normal(jax.random.key(1), (3, D_IN))
+    np.testing.assert_allclose(sm.load_exported(path)(x), masked(m, x), rtol=1e-6, atol=1e-6)
+    bad = {**m, "lora_a": m["lora_a"].at[0, 0].set(jnp.nan)}
+    with pytest.raises(sm.ShapemlError, match=r"E1307[\s\S]*lora_a"):
+        sm.export(masked, bad, (jnp.ones((2, D_IN)),), tmp_path / "bad.safetensors")
+    assert not (tmp_path / "bad.safetensors").exists()
+
+
 def test_export_with_a_key_input(tmp_path):
     m, path = make_model(0), tmp_path / "a.safetensors"
     sm.export(forward, m, (inputs(), jax.random.key(0)), path)
@@ -555,7 +575,7 @@ def test_mismatched_artifact_raises(tmp_path):
         sm.load_exported(bad)
 
     loaded = sm.load_exported(tmp_path / "a.safetensors")
-    with pytest.raises(ArtifactMismatchError, match="takes 1 input"):
+    with pytest.raises(ExportedInputError, match="takes 1 input"):
         loaded(jnp.ones((2, D_IN)), jnp.ones((2, D_IN)))
 
 

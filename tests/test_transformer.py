@@ -174,7 +174,7 @@ def test_sampled_generation_matches_recomputation_with_the_same_keys(model, toke
 def test_context_and_vocabulary_limits_raise(model, tokens):
     with pytest.raises(StateIndexError, match="T=12"):
         tr.generate(model, tokens[:, :5], 8)
-    with pytest.raises(tr.GenerateError, match="temperature=0"):
+    with pytest.raises(sm.ArgumentError, match="temperature"):
         tr.generate(model, tokens[:, :5], 2, key=jax.random.key(0), temperature=0.0)
     with pytest.raises(StateIndexError, match="longer than the context T=12"):
         tr.forward(model, jnp.zeros((1, 13), jnp.int32))

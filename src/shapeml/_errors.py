@@ -70,6 +70,7 @@ CODE_MODULES = (
     "shapeml.testing._contract",
     "shapeml.training._loop",
     "shapeml.zoo.transformer",
+    "shapeml.zoo._errors",
     "shapeml.apps._flags",
 )
 

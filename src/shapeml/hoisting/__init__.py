@@ -5,6 +5,7 @@ from ._bake import Baked as Baked
 from ._bake import bake as bake
 from ._errors import ArtifactCorruptError as ArtifactCorruptError
 from ._errors import ArtifactMismatchError as ArtifactMismatchError
+from ._errors import ExportedInputError as ExportedInputError
 from ._errors import ExportError as ExportError
 from ._errors import HoistArgumentError as HoistArgumentError
 from ._errors import MutableWeightsError as MutableWeightsError
@@ -24,6 +25,7 @@ __all__ = [
     "Boundary",
     "ExportError",
     "Exported",
+    "ExportedInputError",
     "HoistArgumentError",
     "HoistReport",
     "Hoisted",

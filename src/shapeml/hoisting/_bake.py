@@ -8,11 +8,12 @@ compiled main program reads the results as arguments.
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from typing import Any
 
 from .._compile_cache import Signature
-from ._hoist import Hoisted
+from ._hoist import Hoisted, check_options
 from ._prepared import Run
 from ._report import HoistReport
 
@@ -20,7 +21,9 @@ from ._report import HoistReport
 class Baked:
     """`f` with its weights bound and their weight-only work done. See `bake`."""
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(self, f: Callable, model: Any, max_prepared_bytes: int | None):
+        check_options(f, 0, max_prepared_bytes)
         functools.update_wrapper(self, f)
         self._model = model
         # Every baked program's prepared tensors are kept: the model is fixed, so there is only
@@ -47,6 +50,7 @@ class Baked:
         return self._hoisted.report()
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def bake(f: Callable, model: Any, *, max_prepared_bytes: int | None = None) -> Baked:
     """Binds `model` as `f`'s weights and folds the weight-only work: returns `g(*inputs)`.
 
@@ -62,6 +66,10 @@ def bake(f: Callable, model: Any, *, max_prepared_bytes: int | None = None) -> B
 
     Returns:
         A callable of the inputs only, with `report()`.
+
+    Raises:
+        ArgumentTypeError, ArgumentError: (E0003, E0002) for a non-callable `f` or a bad
+            `max_prepared_bytes` (as `sm.hoist`), before anything is traced.
 
     Example:
         >>> serve = sm.bake(forward, model)

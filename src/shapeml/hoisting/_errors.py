@@ -8,6 +8,7 @@ __all__ = [
     "ArtifactCorruptError",
     "ArtifactMismatchError",
     "ExportError",
+    "ExportedInputError",
     "HoistArgumentError",
     "MutableWeightsError",
     "NotTracedError",
@@ -104,6 +105,27 @@ The file was read, but its parts disagree: a tensor the program needs is missing
 shape or dtype than the program expects, or the file was written by an unsupported format
 version. This happens when tensors from one export are mixed with the program of another.
 Re-export the model with `sm.export`.
+""",
+):
+    pass
+
+
+class ExportedInputError(
+    ShapemlError,
+    TypeError,
+    code="E1508",
+    title="exported program called with the wrong inputs",
+    explanation="""
+A function loaded with `sm.load_exported` takes exactly the inputs it was exported with: the
+same number of arrays, each of the same rank and dtype, with the same sizes except along the
+symbolic batch axis `b`, which must be at least 1 and the same for every input. Nothing is cast or
+reshaped for you. The message names the input, what it expects (`loaded.in_avals`) and what it got.
+
+    loaded = sm.load_exported("model.safetensors")
+    loaded.in_avals                          # (ShapedArray(float32[b,3]),)
+    loaded(jnp.ones((5, 3)))                 # ok: b = 5
+    loaded(jnp.ones((5, 3), jnp.int32))      # E1508: dtype int32, expected float32
+    loaded(jnp.asarray(x, jnp.float32))      # cast it yourself
 """,
 ):
     pass

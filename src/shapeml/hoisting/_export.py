@@ -12,7 +12,9 @@ import base64
 import hashlib
 import json
 import os
+import typing
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -21,10 +23,13 @@ import numpy as np
 
 from .. import _jax_internals as ji
 from .._compile_cache import is_array
-from .._files import write_safetensors
+from .._file_errors import NonFiniteError
+from .._files import FileAccessError, FolderMissingError, as_path, write_safetensors
+from .._safetensors_format import names_text, nonfinite
+from .._validate import integer, shorten
 from .._version import __version__
 from ._errors import ExportError
-from ._hoist import Hoisted
+from ._hoist import Hoisted, check_options
 
 FORMAT = "shapeml-export"
 VERSION = "1"
@@ -32,6 +37,7 @@ VERSION = "1"
 _MIN_QUANT_SIZE = 1024
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def export(
     f: Callable,
     model: Any,
@@ -63,10 +69,21 @@ def export(
     Raises:
         ExportError: (E1505) for keys in the weights, non-array inputs, or an unknown `quantize`.
         FolderMissingError: (E1305) if the folder of `path` does not exist.
+        FileAccessError: (E1306) if `path` is a folder or cannot be written.
+        ArgumentTypeError, ArgumentError: (E0003, E0002) for a non-callable `f`, a path that is
+            not a str or Path, a negative or non-int `batch_axis` or `max_prepared_bytes`.
+
+    Every argument is checked before anything is traced or written.
     """
-    if quantize not in (None, "int8"):
+    check_options(f, 0, max_prepared_bytes)
+    path = _target(path)
+    if batch_axis is not None:
+        batch_axis = integer(
+            "batch_axis", batch_axis, low=0, fix="pass the input axis to make symbolic, or None"
+        )
+    if not (quantize is None or (isinstance(quantize, str) and quantize == "int8")):
         raise ExportError(
-            f"`quantize={quantize!r}` is not a supported storage format",
+            f"`quantize={shorten(quantize)}` is not a supported storage format",
             fix='pass quantize=None or quantize="int8"',
         )
     if not isinstance(example_inputs, (tuple, list)):
@@ -79,6 +96,17 @@ def export(
                 "its stored weights",
                 fix="pass the key as an input: `f(model, x, key)`",
             )
+    weights = {
+        jax.tree_util.keystr(p): np.asarray(x)
+        for p, x in jax.tree_util.tree_flatten_with_path(model)[0]
+        if is_array(x)
+    }
+    bad_weights = nonfinite(weights)
+    if bad_weights:
+        raise NonFiniteError(
+            f"the weights {names_text(bad_weights)} hold NaN or inf; nothing was exported",
+            fix="export a model from a run that did not diverge (its last good checkpoint)",
+        )
     in_leaves, in_tree = jax.tree.flatten(tuple(example_inputs))
     bad = [
         type(x).__name__
@@ -90,7 +118,10 @@ def export(
             f"example input leaves must be arrays or jax.ShapeDtypeStruct, got {bad}",
             fix="pass configuration through a closure (`functools.partial`), data as arrays",
         )
-    specs = [_spec(x, batch_axis) for x in in_leaves]
+    # One symbol for every input: each symbolic_shape call makes its own scope, and sizes from
+    # two scopes cannot meet in one program (x * y would not broadcast).
+    b = jax.export.symbolic_shape("b")[0]
+    specs = [_spec(x, batch_axis, b) for x in in_leaves]
     hoisted = Hoisted(f, 0, max_prepared_bytes, cut_broadcasts=True, cache_size=1)
     prog = hoisted._program((model, *jax.tree.unflatten(in_tree, specs)), {})[0]
     w_dyn = [jnp.asarray(x) for x in w_leaves if is_array(x)]
@@ -138,13 +169,32 @@ def export(
         "manifest": json.dumps(manifest),
         "n_inputs": str(len(specs)),
     }
-    write_safetensors(path, tensors, metadata)
+    # The weights are finite (checked above): an infinity in a prepared tensor is computed on
+    # purpose (a hoisted -inf attention mask), so it is stored as it is.
+    write_safetensors(path, tensors, metadata, allow_nonfinite=True)
 
 
-def _spec(x, batch_axis: int | None) -> jax.ShapeDtypeStruct:
+def _target(path) -> Path:
+    """The path to write, checked before the export's work (tracing, preparing) starts: the
+    file layer would check it again only when writing, after all that work."""
+    path = as_path(path)
+    if path.is_dir():
+        raise FileAccessError(
+            f"cannot export to `{path}`: it is a folder",
+            fix=f"name a file in it, e.g. {str(path / 'model.safetensors')!r}",
+        )
+    if not path.parent.is_dir():
+        raise FolderMissingError(
+            f"cannot export to `{path}`: the folder `{path.parent}` does not exist",
+            fix=f"create it first: Path({str(path.parent)!r}).mkdir(parents=True)",
+        )
+    return path
+
+
+def _spec(x, batch_axis: int | None, b) -> jax.ShapeDtypeStruct:
     shape = list(x.shape)
     if batch_axis is not None and len(shape) > batch_axis:
-        shape[batch_axis] = jax.export.symbolic_shape("b")[0]
+        shape[batch_axis] = b
     return jax.ShapeDtypeStruct(tuple(shape), x.dtype)
 
 

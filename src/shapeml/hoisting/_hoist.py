@@ -8,6 +8,7 @@ preparing) happens on a miss.
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -16,15 +17,57 @@ import numpy as np
 
 from .. import _jax_internals as ji
 from .._compile_cache import CompileCache, Signature, is_array
+from .._validate import instance, integer, shorten
 from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
 from ._prepared import Prepared, Run, WeightsKey
 from ._program import Program, ProgramKey, build, trace
 from ._report import HoistReport
 
 
+def check_options(
+    f: Any,
+    weights: Any = 0,
+    max_prepared_bytes: Any = None,
+    cut_broadcasts: Any = True,
+    cache_size: Any = 1,
+) -> tuple[tuple[int, ...], int | None, bool, int]:
+    """The options of `hoist`, `bake` and `export`, checked before anything is traced or cached:
+    `(weights as sorted argnums, max_prepared_bytes, cut_broadcasts, cache_size)`. Nothing is
+    clamped: `cache_size=-5` or `max_prepared_bytes=-1` is refused, not read as 1 or 0.
+
+    Raises:
+        HoistArgumentError: (E1501) if `weights` is not a non-negative int or a tuple of them.
+        ArgumentTypeError: (E0003) if `f` is not callable, or an option has the wrong type.
+        ArgumentError: (E0002) if `cache_size < 1` or `max_prepared_bytes < 0`.
+    """
+    instance("f", f, Callable, "a function f(model, *inputs)")
+    items = weights if isinstance(weights, tuple | list) else (weights,)
+    bad = [
+        i for i in items if isinstance(i, bool | np.bool_) or not isinstance(i, int | np.integer)
+    ]
+    if not items or bad or any(i < 0 for i in items):
+        raise HoistArgumentError(
+            f"`weights={shorten(weights)}` must name positional arguments of `f`",
+            fix="pass a non-negative int, e.g. `weights=0`, or a tuple such as `(0, 2)`",
+        )
+    if max_prepared_bytes is not None:
+        max_prepared_bytes = integer(
+            "max_prepared_bytes",
+            max_prepared_bytes,
+            low=0,
+            fix="pass a whole number of bytes >= 0, or None for no bound",
+        )
+    instance("cut_broadcasts", cut_broadcasts, bool, "True or False")
+    cache_size = integer(
+        "cache_size", cache_size, low=1, fix="pass how many sets of weights to keep, e.g. 1"
+    )
+    return tuple(sorted({int(i) for i in items})), max_prepared_bytes, cut_broadcasts, cache_size
+
+
 class Hoisted:
     """A function whose weight-only work runs once per set of weight arrays. See `hoist`."""
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(
         self,
         f: Callable,
@@ -33,14 +76,9 @@ class Hoisted:
         cut_broadcasts: bool,
         cache_size: int,
     ):
-        if isinstance(weights, int):
-            weights = (weights,)
-        argnums = tuple(sorted(set(weights)))
-        if not argnums or any(not isinstance(i, int) or i < 0 for i in argnums):
-            raise HoistArgumentError(
-                f"`weights={weights!r}` must name positional arguments of `f`",
-                fix="pass a non-negative int, e.g. `weights=0`, or a tuple such as `(0, 2)`",
-            )
+        argnums, max_prepared_bytes, cut_broadcasts, cache_size = check_options(
+            f, weights, max_prepared_bytes, cut_broadcasts, cache_size
+        )
         functools.update_wrapper(self, f)
         self._f = f
         self._argnums = argnums
@@ -50,7 +88,7 @@ class Hoisted:
         # Programs by signature (never dropped: they hold no weights), and the prepared tensors of
         # the last `cache_size` sets of weights.
         self._programs: CompileCache[Program] = CompileCache(self._build)
-        self._prepared: CompileCache[Prepared] = CompileCache(Prepared, maxsize=max(1, cache_size))
+        self._prepared: CompileCache[Prepared] = CompileCache(Prepared, maxsize=cache_size)
         self._last: Prepared | None = None
         self._last_program: Program | None = None
         self._last_weight_bytes = 0
@@ -201,6 +239,7 @@ class Hoisted:
         self._last = None
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def hoist(
     f: Callable | None = None,
     *,
@@ -234,12 +273,22 @@ def hoist(
         A `Hoisted` callable with the signature of `f`, plus `report()`, `prepare_jaxpr(...)`,
         `main_jaxpr(...)` and `clear()`.
 
+    Raises:
+        HoistArgumentError: (E1501) if `weights` is not a non-negative int or a tuple of them.
+        ArgumentTypeError: (E0003) for a non-callable `f` or an option of the wrong type (a
+            float, bool or string where an int is taken).
+        ArgumentError: (E0002) for `cache_size < 1` or `max_prepared_bytes < 0`: refused, never
+            clamped.
+
     Example:
         >>> fast = sm.hoist(forward)
         >>> y = fast(model, x)            # traces, prepares, runs main
         >>> y = fast(model, x2)           # main only
         >>> print(fast.report())
     """
+
+    if f is None:  # used as a decorator: the options are checked now, not at decoration
+        check_options(lambda: None, weights, max_prepared_bytes, cut_broadcasts, cache_size)
 
     def wrap(fn: Callable) -> Hoisted:
         return Hoisted(fn, weights, max_prepared_bytes, cut_broadcasts, cache_size)

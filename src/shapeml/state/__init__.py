@@ -12,6 +12,7 @@ from ._errors import GraphBodyError as GraphBodyError
 from ._errors import GraphDeclarationError as GraphDeclarationError
 from ._errors import GraphInputError as GraphInputError
 from ._errors import LoadStateDictError as LoadStateDictError
+from ._errors import StateAllocationError as StateAllocationError
 from ._errors import StateIndexError as StateIndexError
 from ._errors import StateIndexTypeError as StateIndexTypeError
 from ._errors import StateNotFoundError as StateNotFoundError
@@ -37,6 +38,7 @@ __all__ = [
     "KVCache",
     "LoadStateDictError",
     "ParamHandle",
+    "StateAllocationError",
     "StateHandle",
     "StateIndexError",
     "StateIndexTypeError",

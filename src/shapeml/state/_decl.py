@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import keyword
+import typing
 from typing import Any
 
 import equinox as eqx
@@ -19,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
+from .._validate import shorten
 from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
@@ -40,8 +42,18 @@ def _check_shape(shape, where: str) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def _dtype(dtype) -> np.dtype:
-    return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+def _dtype(dtype, where: str = "a declaration") -> np.dtype:
+    """JAX's canonical form of a numeric or bool `dtype`; anything else is a declaration error."""
+    try:
+        canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+    except Exception:  # numpy raises several types for what is not a dtype
+        canonical = None
+    if canonical is None or not (canonical == np.bool_ or jnp.issubdtype(canonical, jnp.number)):
+        raise GraphDeclarationError(
+            f"{where} got the dtype {shorten(dtype)}, which is not a numeric dtype",
+            fix="pass e.g. dtype=jnp.float32, jnp.int32 or jnp.bfloat16",
+        )
+    return canonical
 
 
 @dataclasses.dataclass
@@ -104,6 +116,7 @@ class StateDecl(Decl):
     """A device-resident tensor (or pytree of them), zero on first upload."""
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def param(value_or_shape, dtype=None, *, sharding=None) -> ParamDecl:
     """Declares a weight of a `Graph`: `self.w = param(array)` in the graph's `__init__`.
 
@@ -122,13 +135,14 @@ def param(value_or_shape, dtype=None, *, sharding=None) -> ParamDecl:
         isinstance(d, int | np.integer) for d in value_or_shape
     ):
         shape = _check_shape(value_or_shape, "param(shape)")
-        leaves = {"": (shape, _dtype(dtype or jnp.float32))}
+        leaves = {"": (shape, _dtype(jnp.float32 if dtype is None else dtype, "param(shape)"))}
         return ParamDecl(_ARRAY, None, leaves, sharding=sharding)
     if isinstance(value_or_shape, jax.Array | np.ndarray) or np.isscalar(value_or_shape):
         treedef, static, values = _ARRAY, None, {"": value_or_shape}
     else:
         treedef, static, values = _from_tree(value_or_shape, "param(value)")
     if dtype is not None:
+        dtype = _dtype(dtype, "param(value)")
         values = {n: jnp.asarray(x, dtype) for n, x in values.items()}
     values = {n: _canonical(x) for n, x in values.items()}
     leaves = {n: (tuple(x.shape), np.dtype(x.dtype)) for n, x in values.items()}
@@ -142,6 +156,7 @@ def _canonical(x):
     return np.array(arr, dtype=_dtype(arr.dtype))
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding=None) -> StateDecl:
     """Declares device-resident state of a `Graph`: `self.total = state((rows, width))`.
 
@@ -162,11 +177,16 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
     Returns:
         A declaration for the graph to own.
     """
+    if name is not None and not isinstance(name, str):
+        raise GraphDeclarationError(
+            f"state(name=...) takes a string, got {shorten(name)} ({type(name).__name__})",
+            fix="name it with a Python identifier, e.g. state((8, 4), name='total')",
+        )
     if isinstance(shape_or_tree, tuple | list | int) and not isinstance(shape_or_tree, bool):
-        leaves = {"": (_check_shape(shape_or_tree, "state(shape)"), _dtype(dtype))}
+        leaves = {"": (_check_shape(shape_or_tree, "state(shape)"), _dtype(dtype, "state(shape)"))}
         return StateDecl(_ARRAY, None, leaves, sharding=sharding, name=name or "")
     treedef, static, values = _from_tree(shape_or_tree, "state(tree)")
-    leaves = {n: (tuple(x.shape), _dtype(x.dtype)) for n, x in values.items()}
+    leaves = {n: (tuple(x.shape), _dtype(x.dtype, "state(tree)")) for n, x in values.items()}
     return StateDecl(treedef, static, leaves, sharding=sharding, name=name or "")
 
 

@@ -10,6 +10,7 @@ __all__ = [
     "GraphInputError",
     "LoadStateDictError",
     "StateIndexError",
+    "StateAllocationError",
     "StateIndexTypeError",
     "StateNotFoundError",
     "StateWriteError",
@@ -197,5 +198,25 @@ class GraphBodyError(
 
 class GraphInputError(
     ShapemlError, TypeError, code="E1410", title="graph input is not an array", explanation=_INPUT
+):
+    pass
+
+
+_ALLOC = """
+A state (or a `KVCache`) was declared larger than the memory it is to be kept in: the host or the
+device refused to allocate it. Nothing was allocated and nothing changed; the declaration named in
+the message (its shape, dtype and size in bytes) is the one to shrink.
+
+    self.cache = state((10**12, 16))     # 64 TB: E1412 on the first call
+    self.cache = state((4096, 16))       # rows the call will actually index
+"""
+
+
+class StateAllocationError(
+    ShapemlError,
+    MemoryError,
+    code="E1412",
+    title="state too large to allocate",
+    explanation=_ALLOC,
 ):
     pass

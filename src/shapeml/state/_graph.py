@@ -9,6 +9,8 @@ the same step eagerly on the host.
 
 from __future__ import annotations
 
+import inspect
+import typing
 from typing import Any
 
 import jax
@@ -22,6 +24,7 @@ from ._decl import Decl, ParamDecl, StateDecl, check_field_names
 from ._errors import (
     GraphBodyError,
     GraphDeclarationError,
+    GraphInputError,
     StateNotFoundError,
     WeightWriteError,
 )
@@ -165,10 +168,12 @@ class Graph:
         """
         self._storage.load_states(states)
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def read(self, name: str):
         """A host numpy copy of the device state `name` (a pytree of them for a pytree state)."""
         return self._storage.read(self._storage.state_attr(name))
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def reset(self, *names: str) -> None:
         """Zeroes the named states (all by default), on the device and in the host mirror."""
         self._storage.reset([self._storage.state_attr(n) for n in names])
@@ -177,6 +182,7 @@ class Graph:
         """Host copies of every bound weight and every state, keyed by dotted name."""
         return self._storage.state_dict()
 
+    @typing.no_type_check  # validates its argument itself (E1405 for anything but a dict)
     def load_state_dict(self, entries: dict[str, Any]) -> None:
         """Binds weights (and, when given, states) by dotted name, all or nothing.
 
@@ -206,6 +212,7 @@ class Graph:
         checks = IndexChecks(_named_leaves(inputs))
         run = Step(storage.decls, weights, values, checks)
         args, per_call = inputs
+        _check_call(type(self), args, per_call)
         object.__setattr__(self, "_step", run)
         try:
             out = type(self).body(self, *args, **per_call)
@@ -293,6 +300,23 @@ class Graph:
             for d in self._storage.decls.values()
         ]
         return f"{type(self).__name__}({', '.join(parts)})"
+
+
+def _check_call(cls: type, args: tuple, per_call: dict) -> None:
+    """Raises `GraphInputError` (E1410) when the call does not fit `body`'s signature (a missing
+    `pos=`, an unknown keyword), before the body runs: its own TypeErrors stay its own."""
+    try:
+        sig = inspect.signature(cls.body)
+    except (TypeError, ValueError):  # a body without a signature: nothing to check against
+        return
+    try:
+        sig.bind(None, *args, **per_call)
+    except TypeError as e:
+        raise GraphInputError(
+            f"`{cls.__name__}` was called with {len(args)} input(s) and keywords "
+            f"{sorted(per_call)}, which do not fit `body{sig}`: {e}",
+            fix=f"call the graph as `body{sig}` takes them, without `self`",
+        ) from None
 
 
 def _named_leaves(inputs) -> list[tuple[str, Any]]:

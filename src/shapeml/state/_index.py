@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as jxi
+from .._validate import shorten
 from ._errors import GraphBodyError, StateIndexError, StateIndexTypeError
 
 __all__ = [
@@ -44,14 +45,17 @@ class span:  # noqa: N801 - reads like a slice constructor
     """
 
     start: Any
-    size: int
+    size: Any  # a static int, checked in __post_init__ (a bool or float is refused, not cast)
 
     def __post_init__(self):
-        if not isinstance(self.size, int | np.integer) or self.size < 0:
+        size = self.size
+        if isinstance(size, bool | np.bool_) or not isinstance(size, int | np.integer) or size < 0:
             raise StateIndexTypeError(
-                f"span(start, size) needs a static non-negative int size, got {self.size!r}",
+                f"span(start, size) needs a static non-negative int size, got {shorten(size)} "
+                f"({type(size).__name__})",
                 fix="pass the length as a Python int, e.g. span(pos, 4)",
             )
+        object.__setattr__(self, "size", int(size))
 
 
 def in_bounds(idx, size: int, extent: int = 1) -> jax.Array:
@@ -166,8 +170,41 @@ def raise_index_error(what: str, size: int, extent: int, value: int, source: str
     raise StateIndexError(index_message(what, size, extent, value, source), fix=_fix(size, extent))
 
 
-def _is_int_scalar(x) -> bool:
-    return np.ndim(x) == 0 and jnp.issubdtype(jnp.result_type(x), jnp.integer)
+def _int() -> np.dtype:
+    """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+
+def _concrete_int(idx) -> int | None:
+    """The exact value of a concrete integer scalar index, or None when `idx` is not one.
+
+    Nothing is converted before this check: an int64 past 2**32 keeps its value (it is not wrapped
+    into range), and a bool, float or string is not read as a number."""
+    if isinstance(idx, bool | np.bool_):
+        return None
+    if isinstance(idx, int | np.integer):
+        return int(idx)
+    dtype = getattr(idx, "dtype", None)
+    if getattr(idx, "shape", None) == () and dtype is not None:
+        if not isinstance(dtype, np.dtype) or dtype.kind not in "iu":
+            return None  # float, bool, complex, PRNG key, ...
+        return int(idx)
+    return None
+
+
+def _describe(idx) -> str:
+    dtype = getattr(idx, "dtype", None)
+    shape = getattr(idx, "shape", None)
+    kind = f"dtype {dtype}, shape {tuple(shape)}" if dtype is not None and shape is not None else ""
+    shown = f"<traced {jax.typeof(idx).str_short()}>" if jxi.is_tracer(idx) else shorten(idx)
+    return f"{shown} ({kind or type(idx).__name__})"
+
+
+def _traced_int_scalar(idx) -> bool:
+    if not jxi.is_tracer(idx) or np.ndim(idx) != 0:
+        return False
+    dtype = idx.dtype
+    return isinstance(dtype, np.dtype) and dtype.kind in "iu"
 
 
 def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChecks | None = None):
@@ -186,7 +223,8 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
         checks: where a traced check goes instead of `eqx.error_if` (see `IndexChecks`).
 
     Returns:
-        `idx` (an int when concrete); a traced `idx` must be used for its check to run.
+        `idx` as a Python int when concrete; when traced, `idx` cast to JAX's int dtype after its
+        check (which compares it in its own dtype), to be used for the check to run.
 
     Raises:
         StateIndexTypeError: (E1402) if `idx` is not an integer scalar.
@@ -194,10 +232,11 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
         GraphBodyError: (E1409) if `checks` is given and `idx` was traced inside a transformation
             nested in the computation `checks` belongs to (see `IndexChecks`).
     """
-    if isinstance(idx, bool | np.bool_) or not _is_int_scalar(idx):
+    traced = _traced_int_scalar(idx)
+    value = None if traced else _concrete_int(idx)
+    if not traced and value is None:
         raise StateIndexTypeError(
-            f"{what} was indexed with {idx!r} (dtype {jnp.result_type(idx)}, shape "
-            f"{np.shape(idx)}), which is not an integer scalar",
+            f"{what} was indexed with {_describe(idx)}, which is not an integer scalar",
             fix="index with an int, a 0-d integer array, or span(start, size)",
         )
     if extent > size:
@@ -205,21 +244,25 @@ def check_index(idx, size: int, *, what: str, extent: int = 1, checks: IndexChec
             f"{what} has size {size}, but a span of {extent} positions was asked for",
             fix=f"use a span of at most {size}",
         )
-    if not jxi.is_tracer(idx):
-        value = int(idx)
+    if value is not None:
         if value < 0 or value + extent > size:
             source = checks.source_of(idx) if checks is not None else None
             raise_index_error(what, size, extent, value, source)
         return value
     if checks is not None:
-        return checks.record(idx, size, what=what, extent=extent)
-    # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
-    return eqx.error_if(
-        idx,
-        ~in_bounds(idx, size, extent),
-        f"[E1401] {what} has size {size}: an index outside 0..{size - extent} was "
-        "given (JAX would clamp it); pass 0 <= index <= size - extent",
-    )
+        checks.record(idx, size, what=what, extent=extent)
+    else:
+        # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
+        idx = eqx.error_if(
+            idx,
+            ~in_bounds(idx, size, extent),
+            f"[E1401] {what} has size {size}: an index outside 0..{size - extent} was "
+            "given (JAX would clamp it); pass 0 <= index <= size - extent",
+        )
+    # Checked in its own dtype above; one dtype after, so indices of several integer dtypes
+    # (int8, uint32, ...) can start one slice. A value the cast would wrap never gets this far
+    # (a graph refuses the step; error_if fails the program).
+    return idx if idx.dtype == _int() else idx.astype(_int())
 
 
 @contextlib.contextmanager

@@ -12,14 +12,20 @@ leaves the body), so a bad position there raises before the step runs and change
 from __future__ import annotations
 
 import copy
+import math
+import typing
 from typing import Any
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
-from ._errors import StateWriteError
+from .._errors import ArgumentTypeError
+from .._validate import instance, integer, shorten
+from ._errors import StateAllocationError, StateWriteError
 from ._index import IndexChecks, check_index
 
 __all__ = ["KVCache"]
@@ -47,6 +53,7 @@ class KVCache(eqx.Module):
     name: str = eqx.field(static=True)
     checks: IndexChecks | None = eqx.field(static=True)
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(
         self,
         layers: int,
@@ -58,9 +65,42 @@ class KVCache(eqx.Module):
         batch: int = 1,
         name: str = "KVCache",
     ):
-        shape = (layers, batch, ctx, heads, head_dim)
-        self.k = jnp.zeros(shape, dtype)
-        self.v = jnp.zeros(shape, dtype)
+        """Raises `ArgumentError`/`ArgumentTypeError` (E0002, E0003) for a size that is not an
+        int >= 1 or a non-numeric dtype, and `StateAllocationError` (E1412) when the memory
+        cannot be had (sizes are checked before anything is allocated)."""
+        # Checked before anything is allocated: a float, a bool or a negative size is refused,
+        # never truncated or read as 1.
+        shape = tuple(
+            integer(arg, value, low=1, fix=f"pass `{arg}` as a positive Python int")
+            for arg, value in (
+                ("layers", layers),
+                ("batch", batch),
+                ("ctx", ctx),
+                ("heads", heads),
+                ("head_dim", head_dim),
+            )
+        )
+        instance("name", name, str, "a string")
+        try:
+            canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+        except Exception:  # numpy raises several types for what is not a dtype
+            canonical = None
+        if canonical is None or not jnp.issubdtype(canonical, jnp.number):
+            raise ArgumentTypeError(
+                f"`dtype` of {name} must be a numeric dtype, got {shorten(dtype)}",
+                fix="pass e.g. dtype=jnp.float32 or jnp.bfloat16",
+            )
+        try:
+            self.k = jnp.zeros(shape, canonical)
+            self.v = jnp.zeros(shape, canonical)
+        except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
+            size = 2 * math.prod(shape) * canonical.itemsize
+            raise StateAllocationError(
+                f"{name} of shape [layers, batch, ctx, heads, head_dim] = {list(shape)} "
+                f"({canonical.name}, {size:,} bytes for k and v) could not be allocated: "
+                f"{shorten(str(e))}",
+                fix="use a shorter context, fewer layers or a smaller batch",
+            ) from None
         self.name = name
         self.checks = None
 
@@ -95,10 +135,12 @@ class KVCache(eqx.Module):
     def _layer(self, layer):
         return check_index(layer, self.layers, what=f"{self.name} layers", checks=self.checks)
 
-    def _pos(self, pos, n: int):
+    def _pos(self, pos, n):
+        n = integer("n", n, low=1, fix="pass n, how many positions, as a Python int >= 1")
         what = f"{self.name} positions (ctx)"
         return check_index(pos, self.ctx, what=what, extent=n, checks=self.checks)
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def write(
         self,
         layer: int | Int[Array, ""],
@@ -116,8 +158,15 @@ class KVCache(eqx.Module):
 
         Raises:
             StateIndexError: (E1401) if `layer` or `pos .. pos + n - 1` is outside the cache.
-            StateWriteError: (E1403) if `k` or `v` has the wrong shape or dtype.
+            StateWriteError: (E1403) if `k` or `v` is not an array of the cache's shape and dtype.
         """
+        for label, x in (("k", k), ("v", v)):
+            if not hasattr(x, "ndim") or x.ndim not in (3, 4):
+                raise StateWriteError(
+                    f"{self.name}.write takes {label} as an array of shape [batch, heads, "
+                    f"head_dim] or [batch, n, heads, head_dim], got {shorten(x)}",
+                    fix=f"pass {label} as a jax array of dtype {self.k.dtype}",
+                )
         one = k.ndim == 3
         k4 = k[:, None] if one else k
         v4 = v[:, None] if one else v
@@ -142,11 +191,13 @@ class KVCache(eqx.Module):
 
         return eqx.tree_at(lambda c: (c.k, c.v), self, (put(self.k, k4), put(self.v, v4)))
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def mask(self, pos: int | Int[Array, ""], n: int = 1) -> Bool[Array, "n T"]:
         """`[n, ctx]`: query `i` (at position `pos + i`) sees positions `0 .. pos + i`."""
         pos = self._pos(pos, n)
         return jnp.arange(self.ctx)[None, :] <= pos + jnp.arange(n)[:, None]
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def read(
         self, layer: int | Int[Array, ""], pos: int | Int[Array, ""], n: int = 1
     ) -> tuple[Shaped[Array, "B T H Dh"], Shaped[Array, "B T H Dh"], Bool[Array, "n T"]]:

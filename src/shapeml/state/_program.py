@@ -227,7 +227,18 @@ def _canonical(x, graph: str, placeholder: bool):
             if placeholder:
                 return np.zeros(arr.shape, dtype)
             raise InputTooWideError
-        return arr.astype(dtype)
+        with np.errstate(over="ignore"):  # an overflow is refused below, with the value
+            cast = arr.astype(dtype)
+        if arr.dtype.kind in "fc" and arr.size:
+            lost = np.isfinite(arr) & ~np.isfinite(cast)
+            if lost.any():
+                raise GraphInputError(
+                    f"`{graph}` got a float input holding {arr[lost].flat[0]!r}, which does not "
+                    f"fit JAX's {np.dtype(dtype).name} (jax_enable_x64 is off): it would become "
+                    "inf",
+                    fix=f"pass values within the range of {np.dtype(dtype).name}",
+                )
+        return cast
     raise GraphInputError(
         f"a graph input is a {type(x).__name__} ({x!r:.60}), not an array or a number",
         fix="pass arrays, numbers or pytrees of them; fixed configuration belongs in __init__",

@@ -18,6 +18,7 @@ import numpy as np
 from jax import lax
 
 from .. import _jax_internals as jxi
+from .._validate import shorten
 from ._decl import Decl, ParamDecl, StateDecl
 from ._errors import StateIndexError, StateIndexTypeError, StateWriteError
 from ._index import IndexChecks, check_index, span
@@ -150,10 +151,15 @@ class StateView:
         return f"StateView({self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
 
-def _dtype_of(value):
+def _dtype_of(value, what: str):
     if isinstance(value, bool | int | float) and not isinstance(value, np.generic):
         return None  # a Python number takes the state's dtype
-    return np.dtype(value.dtype) if hasattr(value, "dtype") else np.asarray(value).dtype
+    if not hasattr(value, "dtype") or not hasattr(value, "shape"):
+        raise StateWriteError(
+            f"{what} was given {shorten(value)} ({type(value).__name__}), not an array",
+            fix="write a jax array (or a Python number); a list is not converted inside body",
+        )
+    return np.dtype(value.dtype)
 
 
 def checked_value(value, shape: tuple[int, ...], dtype: np.dtype, what: str, where: str):
@@ -162,7 +168,7 @@ def checked_value(value, shape: tuple[int, ...], dtype: np.dtype, what: str, whe
     Raises:
         StateWriteError: (E1403) naming the state, the expected and the given shape or dtype.
     """
-    dt = _dtype_of(value)
+    dt = _dtype_of(value, what + where)
     if dt is None:
         return np.full(shape, value, dtype)
     if tuple(np.shape(value)) != tuple(shape):

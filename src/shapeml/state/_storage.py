@@ -5,6 +5,8 @@ that `reference` runs against. Every leaf is paired with its declaration by dott
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -13,12 +15,14 @@ import numpy as np
 
 from .._cast import cast_host_array
 from .._errors import similar
+from .._validate import shorten
 from ..models import Model
 from ..models._introspect import dotted_name
 from ._decl import Decl, ParamDecl, StateDecl, state_model_class
 from ._errors import (
     GraphDeclarationError,
     LoadStateDictError,
+    StateAllocationError,
     StateNotFoundError,
     UnboundParamError,
 )
@@ -32,8 +36,20 @@ def _cpu():
     return jax.devices("cpu")[0]
 
 
-def _owned_zeros(shape, dtype, sharding) -> jax.Array:
-    return _owned(np.zeros(shape, dtype), sharding)
+def zeros(what: str, shape, dtype, sharding=None, *, host: bool = False) -> jax.Array:
+    """A zero buffer for a state, owned on the device (or on the host CPU when `host`); E1412
+    naming `what` when the memory cannot be had, not a MemoryError or XLA's RESOURCE_EXHAUSTED."""
+    try:
+        if host:
+            return jax.device_put(np.zeros(shape, dtype), _cpu())
+        return _owned(np.zeros(shape, dtype), sharding)
+    except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        raise StateAllocationError(
+            f"{what} of shape {tuple(shape)} ({np.dtype(dtype).name}, {size:,} bytes) could not "
+            f"be allocated{' on the host' if host else ''}: {shorten(str(e))}",
+            fix="declare a smaller state (fewer rows or a narrower width)",
+        ) from None
 
 
 def _owned(value, sharding) -> jax.Array:
@@ -83,7 +99,13 @@ class Storage:
         self._weights = self._weight_leaves = self._host_weights = None
         self._cls, self._leaves = None, None
 
-    def attr_of(self, name: str) -> str:
+    def attr_of(self, name: Any) -> str:
+        if not isinstance(name, str):
+            raise StateNotFoundError(
+                f"`{self.graph}` names its weights and states by strings, got {shorten(name)} "
+                f"({type(name).__name__})",
+                fix="pass the state's name, e.g. graph.read('total'); graph.state_dict() lists them",
+            )
         if name in self.decls:
             return name
         for attr, decl in self.decls.items():
@@ -96,7 +118,7 @@ class Storage:
             fix=similar(name, names, what="state") or "declare it in __init__ with state(...)",
         )
 
-    def state_attr(self, name: str) -> str:
+    def state_attr(self, name: Any) -> str:
         attr = self.attr_of(name)
         if not isinstance(self.decls[attr], StateDecl):
             raise StateNotFoundError(
@@ -167,7 +189,7 @@ class Storage:
             self._layout()
             for name in self._names:
                 if name not in self._device:
-                    self._device[name] = _owned_zeros(*self._spec(name))
+                    self._device[name] = zeros(f"state `{name}`", *self._spec(name))
             self._leaves = [self._device[n] for n in self._names]
         return self._leaves
 
@@ -216,7 +238,7 @@ class Storage:
     def _host_leaf(self, name: str) -> jax.Array:
         if name not in self._host:
             shape, dtype, _ = self._spec(name)
-            self._host[name] = jax.device_put(np.zeros(shape, dtype), _cpu())
+            self._host[name] = zeros(f"state `{name}`", shape, dtype, host=True)
         return self._host[name]
 
     def host_model(self) -> Model:
@@ -239,7 +261,7 @@ class Storage:
             decl = self.decls[attr]
             for leaf in decl.leaves:
                 name = decl.full_name(leaf)
-                by_name[name] = _owned_zeros(*self._spec(name))
+                by_name[name] = zeros(f"state `{name}`", *self._spec(name))
                 self._host.pop(name, None)
         self._leaves = None
 
@@ -264,9 +286,15 @@ class Storage:
         flat = jax.tree_util.tree_flatten_with_path(states)[0]
         self.load({dotted_name(p): x for p, x in flat}, require="states")
 
-    def load(self, entries: dict[str, Any], *, require: str) -> None:
+    def load(self, entries: Any, *, require: str) -> None:
         """Checks every entry, then binds them all or none. `require` is "weights" (each weight
         must be present, states optional) or "states" (each state, and nothing else)."""
+        if not isinstance(entries, Mapping):
+            raise LoadStateDictError(
+                f"`{self.graph}` takes a dict of arrays by dotted name, got {shorten(entries)} "
+                f"({type(entries).__name__})",
+                fix="pass a dict like graph.state_dict()",
+            )
         table = self._table()
         kind = {n: isinstance(self.decls[a], ParamDecl) for n, (a, _) in table.items()}
         wanted = [n for n in table if kind[n] == (require == "weights")]
@@ -276,13 +304,22 @@ class Storage:
         ]
         hints, converted = [], {}
         for key, value in entries.items():
+            if not isinstance(key, str):
+                problems.append(f"the key {shorten(key)} is not a string")
+                continue
             if key not in allowed:
                 hint = similar(key, list(allowed), what="weight or state")
                 problems.append(f"unexpected key `{key}`" + (f" ({hint})" if hint else ""))
                 hints += [hint] if hint else []
                 continue
             shape, dtype, _ = self._spec(key)
-            arr = np.asarray(value)
+            try:
+                arr = np.asarray(value)
+            except Exception:  # a ragged list, an object numpy cannot convert
+                arr = None
+            if arr is None or arr.dtype.kind not in "biufcV":
+                problems.append(f"`{key}` is {shorten(value)}, not a numeric array")
+                continue
             if tuple(arr.shape) != tuple(shape):
                 problems.append(f"`{key}` has shape {tuple(arr.shape)}, expected {tuple(shape)}")
                 continue

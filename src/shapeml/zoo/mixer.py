@@ -13,11 +13,21 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .. import _jax_internals as jxi
+from .._validate import real
+
 __all__ = ["mix_channels", "mix_tokens", "norm"]
 
 
 def norm(x: Float[Array, "*b D"], eps: float = 1e-5) -> Float[Array, "*b D"]:
-    """Normalises each token to zero mean and unit variance over its channels (no scale/shift)."""
+    """Normalises each token to zero mean and unit variance over its channels (no scale/shift).
+
+    Raises:
+        ArgumentError: (E0002) for a concrete `eps` that is not a finite number > 0 (a negative
+            one turns every constant token into NaN).
+    """
+    if not jxi.is_tracer(eps):
+        real("eps", eps, low=0.0, low_open=True)
     mean = jnp.mean(x, axis=-1, keepdims=True)
     centered = x - mean
     var = jnp.mean(centered * centered, axis=-1, keepdims=True)

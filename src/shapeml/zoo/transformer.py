@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -20,16 +21,19 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _jax_internals as jxi
-from .._errors import ShapemlError
+from .._errors import ArgumentTypeError, ShapemlError
 from .._shaped import shaped
+from .._validate import instance, integer, real, shorten
 from ..models import Dims, Model, normal
 from ..models import param as field
 from ..state import Graph, KVCache, StateIndexError, check_index, param, state
+from ._errors import TransformerDimsError
 
 __all__ = [
     "CachedDecoder",
     "GenerateError",
     "Transformer",
+    "TransformerDimsError",
     "forward",
     "generate",
     "loss",
@@ -44,11 +48,14 @@ class GenerateError(
     code="E1411",
     title="invalid generation request",
     explanation="""
-`generate(m, prompt, steps, key=..., temperature=...)` needs a prompt of at least one token, at
-least one step, and, when sampling (a key is given), a temperature above 0: the logits are divided
-by it. A prompt plus steps longer than the context `T` is an index error (E1401) instead.
+`generate(m, prompt, steps, key=..., temperature=...)` needs the prompt as an integer array of
+token ids `[b, t]` with at least one sequence of at least one token. A float or bool prompt is
+refused rather than truncated to ids. Token ids outside the vocabulary, and a prompt plus steps
+longer than the context `T`, are index errors (E1401) instead; `steps` (an int >= 1), `key` (one
+PRNG key, or None) and `temperature` (> 0 when sampling: the logits are divided by it) are
+checked as arguments (E0002, E0003).
 
-    generate(m, prompt, 20)                                   # greedy
+    generate(m, jnp.asarray([[1, 2, 3]]), 20)                # greedy
     generate(m, prompt, 20, key=jax.random.key(0), temperature=0.8)
 """,
 ):
@@ -68,6 +75,21 @@ class Transformer(Model):
     w1: Float[Array, "L D F"] = field(normal(std=0.15))
     w2: Float[Array, "L F D"] = field(normal(std=0.1))
 
+    def __check_init__(self):
+        d = self.dims
+        if d.H < 1 or d.D % d.H:
+            raise TransformerDimsError(
+                f"`Transformer` has D={d.D} and H={d.H}: the width D is split into H heads of "
+                "D // H, so H must be at least 1 and divide D",
+                fix=f"pick H among the divisors of D={d.D} (e.g. H={_divisor_near(d.D, d.H)}), "
+                "or a D that is a multiple of H",
+            )
+
+
+def _divisor_near(n: int, h: int) -> int:
+    """The divisor of `n` (>= 1) closest to `h`, for the fix of a TransformerDimsError."""
+    return min((k for k in range(1, max(n, 1) + 1) if n % k == 0), key=lambda k: abs(k - h))
+
 
 def _embed(m, tokens):
     # Ids outside the vocabulary read NaN rather than a clamped row (ids traced under an outer
@@ -75,10 +97,15 @@ def _embed(m, tokens):
     return jnp.take(m.embed, tokens, axis=0, mode="fill", fill_value=jnp.nan)
 
 
-def _check_tokens(tokens, vocab: int) -> None:
-    # A gather clamps out-of-vocab ids and wraps negative ones; concrete ids are checked here
-    # (traced ids inside a user's jit cannot be, without a host round trip per call).
+def _check_tokens(tokens, vocab: int, checks=None) -> None:
+    # A gather clamps out-of-vocab ids and wraps negative ones; concrete ids are checked here.
+    # Traced ids in a Graph (a cache bound to its IndexChecks) are checked before its step runs,
+    # like its positions; in a user's own jit they read NaN (see _embed): no round trip per call.
     if jxi.is_tracer(tokens):
+        if checks is not None and tokens.size:
+            what = f"token ids (the vocabulary V={vocab})"
+            check_index(jnp.min(tokens), vocab, what=what, checks=checks)
+            check_index(jnp.max(tokens), vocab, what=what, checks=checks)
         return
     arr = np.asarray(tokens)
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):
@@ -142,6 +169,7 @@ def loss(m: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
     return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def new_cache(m: Transformer, batch: int = 1) -> KVCache:
     """An empty cache for `m`: `L` layers, `T` positions, `H` heads of `D // H`, `m`'s dtype."""
     d = m.dims
@@ -171,7 +199,7 @@ def step(
     """
     b, n = tokens.shape
     d = m.dims
-    _check_tokens(tokens, d.V)
+    _check_tokens(tokens, d.V, cache.checks)
     # Checked where the cache checks its own positions: by eqx.error_if in a plain jit, or in
     # the step's IndexChecks when the cache is a Graph's state (a bad pos then changes nothing).
     what = f"positions of the context T={d.T}"
@@ -222,6 +250,7 @@ def _generate(m, prompt, steps, greedy, key, temperature):
     return jnp.concatenate([prompt, new], axis=1)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def generate(
     m: Transformer,
     prompt: Int[Array, "b t"],
@@ -242,14 +271,27 @@ def generate(
 
     Returns:
         `[b, t + steps]`: the prompt followed by the new tokens.
+
+    Raises:
+        GenerateError: (E1411) for a prompt that is not a non-empty integer `[b, t]` array.
+        StateIndexError: (E1401) for a token id outside `0..V-1`, or `t + steps > T`.
+        ArgumentTypeError, ArgumentError: (E0003, E0002) for `steps` not an int >= 1, a `key`
+            that is not one PRNG key, or a `temperature` that is not a number > 0.
     """
-    t = prompt.shape[1]
-    _check_tokens(prompt, m.dims.V)
-    if t < 1 or steps < 1 or (key is not None and not temperature > 0):
-        raise GenerateError(
-            f"generate got a prompt of {t} tokens, steps={steps}, temperature={temperature}",
-            fix="pass a prompt of at least one token, steps >= 1, and temperature > 0 to sample",
+    instance("m", m, Transformer, "a Transformer")
+    t = _check_prompt(prompt)
+    steps = integer("steps", steps, low=1, fix="pass how many tokens to add, a Python int >= 1")
+    if key is not None:
+        is_key = isinstance(key, jax.Array) and jax.dtypes.issubdtype(
+            key.dtype, jax.dtypes.prng_key
         )
+        if not is_key or key.shape != ():
+            raise ArgumentTypeError(
+                f"`key` must be one PRNG key (jax.random.key(seed)) or None, got {shorten(key)}",
+                fix="pass key=jax.random.key(0) to sample, or key=None for greedy decoding",
+            )
+        temperature = real("temperature", temperature, low=0.0, low_open=True)
+    _check_tokens(prompt, m.dims.V)
     if t + steps > m.dims.T:
         raise StateIndexError(
             f"a prompt of {t} tokens plus {steps} new ones does not fit the context T={m.dims.T}",
@@ -259,6 +301,26 @@ def generate(
     return _generate(
         m, jnp.asarray(prompt, jnp.int32), steps, key is None, dummy, jnp.float32(temperature)
     )
+
+
+def _check_prompt(prompt) -> int:
+    """The prompt's length, after checking it is a non-empty `[b, t]` integer array (a float or
+    bool prompt is refused, never truncated to ids)."""
+    shape, dtype = getattr(prompt, "shape", None), getattr(prompt, "dtype", None)
+    kind = np.dtype(dtype).kind if isinstance(dtype, np.dtype) else ""
+    if not isinstance(shape, tuple) or kind not in "iu" or kind == "" or len(shape) != 2:
+        raise GenerateError(
+            f"generate takes the prompt as an integer array [b, t], got {shorten(prompt)}"
+            + (f" ({dtype}{list(shape)})" if isinstance(shape, tuple) else ""),
+            fix="pass token ids, e.g. jnp.asarray([[1, 2, 3]], jnp.int32)",
+        )
+    b, t = shape
+    if b < 1 or t < 1:
+        raise GenerateError(
+            f"generate got an empty prompt of shape {list(shape)}",
+            fix="pass at least one sequence of at least one token",
+        )
+    return t
 
 
 class CachedDecoder(Graph):
@@ -274,7 +336,9 @@ class CachedDecoder(Graph):
         >>> logits = dec(next_token[:, None], pos=t) # one decode step, [1, 1, V]
     """
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(self, model: Transformer, batch: int = 1):
+        instance("model", model, Transformer, "a Transformer")
         self.model = param(model)
         self.cache = state(new_cache(model, batch), name="kv_cache")
 
