@@ -34,6 +34,8 @@ GUIDE_PAGES = [
     "models.md",
     "gradients_and_optim.md",
     "training.md",
+    "nn.md",
+    "scaling.md",
     "state.md",
     "hoisting.md",
     "int8.md",

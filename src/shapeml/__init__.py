@@ -10,6 +10,7 @@ from . import hoisting as hoisting
 from . import int8 as int8
 from . import models as models
 from . import optim as optim
+from . import sharding as sharding
 from . import state as state
 from . import testing as testing
 from . import training as training
@@ -38,7 +39,6 @@ from .models import buffer as buffer
 from .models import buffers as buffers
 from .models import count_params as count_params
 from .models import full as full
-from .models import load as load
 from .models import normal as normal
 from .models import ones as ones
 from .models import param as param
@@ -51,6 +51,10 @@ from .models import uniform as uniform
 from .models import zeros as zeros
 from .optim import load_checkpoint as load_checkpoint
 from .optim import save_checkpoint as save_checkpoint
+from .sharding import load as load  # models.load, plus placement on a mesh by rules
+from .sharding import memory_report as memory_report
+from .sharding import partition_specs as partition_specs
+from .sharding import shard as shard
 
 __all__ = [
     "ArgumentError",
@@ -73,6 +77,10 @@ __all__ = [
     "HoistReport",
     "int8",
     "load",
+    "memory_report",
+    "partition_specs",
+    "shard",
+    "sharding",
     "load_checkpoint",
     "load_exported",
     "Model",

@@ -71,6 +71,7 @@ CODE_MODULES = (
     "shapeml.training._loop",
     "shapeml.zoo.transformer",
     "shapeml.zoo._errors",
+    "shapeml.sharding._errors",
     "shapeml.apps._flags",
 )
 

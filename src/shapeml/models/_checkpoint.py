@@ -10,6 +10,7 @@ import os
 import typing
 from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -113,7 +114,7 @@ def save(
             fix="save outside the transformation, e.g. after the jitted step returns",
         )
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
-    problems = entry_problems(expected, {k: np.asarray(v) for k, v in arrays.items()})
+    problems = entry_problems(expected, arrays)
     if problems:  # e.g. a vmapped ensemble: every tensor has a leading axis no `load` expects
         raise ShapeMismatchError(
             f"`{type(m).__name__}` holds tensors that differ from its declaration, so no load "
@@ -157,6 +158,16 @@ def load(
     Warns:
         NonFiniteWarning: (W1301) naming the tensors that hold NaN or an infinity.
     """
+    cls, arrays, meta, limit = read_model_file(path, cls, like, max_bytes, allow_nonfinite)
+    return model_from_arrays(
+        cls, arrays, meta, str(path), like_dims=like.dims if like else None, max_bytes=limit
+    )
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def read_model_file(path, cls, like, max_bytes, allow_nonfinite):
+    """What every model loader shares: the arguments checked, then the file read and checked
+    to be a model file. Returns `(cls, arrays, metadata, max_bytes)`, for `model_from_arrays`."""
     if (cls is None) == (like is None):
         raise ArgumentTypeError(
             "sm.load(path, Cls) or sm.load(path, like=model): give exactly one",
@@ -186,14 +197,12 @@ def load(
             f"`{path}` is a training checkpoint (a model and its optimizer), not a model file",
             fix="load it with sm.load_checkpoint(path, Cls)",
         )
-    return model_from_arrays(
-        cls, arrays, meta, str(path), like_dims=like.dims if like else None, max_bytes=limit
-    )
+    return cls, arrays, meta, limit
 
 
 def model_from_arrays(
     cls: type[Model],
-    arrays: Mapping[str, np.ndarray],
+    arrays: Mapping[str, Any],
     meta: Mapping[str, str],
     source: str,
     like_dims: Dims | None = None,
@@ -234,7 +243,7 @@ def model_from_arrays(
     return _build(cls, dims, arrays, "", statics)
 
 
-def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, np.ndarray]) -> list[str]:
+def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, Any]) -> list[str]:
     """Every missing, unexpected (with near-miss hints), wrong-shape and wrong-dtype entry.
 
     `expected` maps each name to `(shape, dtype)`.
@@ -291,7 +300,7 @@ def _fmt(shape, dtype) -> str:
 
 
 def _build(
-    cls: type[Model], dims: Dims, arrays: Mapping[str, np.ndarray], prefix: str, saved: dict
+    cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: dict
 ) -> Model:
     values = {k: saved[prefix + k] for k in cls.__shapeml_statics__ if prefix + k in saved}
     for name, spec in cls.__shapeml_fields__.items():

@@ -1,0 +1,55 @@
+"""Scale out by named dims: a rule table from dim names to mesh axes places every field.
+
+`shard(m, mesh, {"D": "data"})` is FSDP, `{"F": "model"}` tensor parallel, `{}` data parallel;
+`partition_specs` plans without devices; `memory_report` counts bytes per device; `load` reads a
+checkpoint straight onto its shards; `step_shardings` lays out a training step. See
+`docs/scaling.md`.
+"""
+
+from ._errors import AxisReusedError as AxisReusedError
+from ._errors import IndivisibleDimError as IndivisibleDimError
+from ._errors import MeshSpecError as MeshSpecError
+from ._errors import RuleTableError as RuleTableError
+from ._errors import UnknownMeshAxisError as UnknownMeshAxisError
+from ._errors import UnknownRuleDimError as UnknownRuleDimError
+from ._load import load as load
+from ._memory import FieldMemory as FieldMemory
+from ._memory import MemoryReport as MemoryReport
+from ._memory import memory_report as memory_report
+from ._mesh import make_mesh as make_mesh
+from ._mesh import mesh_shape as mesh_shape
+from ._mesh import parse_rules as parse_rules
+from ._place import StepShardings as StepShardings
+from ._place import field_plans as field_plans
+from ._place import partition_specs as partition_specs
+from ._place import place_batch as place_batch
+from ._place import shard as shard
+from ._place import shardings as shardings
+from ._place import shardings_like as shardings_like
+from ._place import step_shardings as step_shardings
+from ._rules import FieldPlan as FieldPlan
+
+__all__ = [
+    "AxisReusedError",
+    "FieldMemory",
+    "FieldPlan",
+    "IndivisibleDimError",
+    "MemoryReport",
+    "MeshSpecError",
+    "RuleTableError",
+    "StepShardings",
+    "UnknownMeshAxisError",
+    "UnknownRuleDimError",
+    "field_plans",
+    "load",
+    "make_mesh",
+    "memory_report",
+    "mesh_shape",
+    "parse_rules",
+    "partition_specs",
+    "place_batch",
+    "shard",
+    "shardings",
+    "shardings_like",
+    "step_shardings",
+]

@@ -1,0 +1,119 @@
+"""The errors of placing models on a device mesh by rules over their dims (codes E1901..E1949)."""
+
+from __future__ import annotations
+
+from .._errors import ShapemlError
+
+__all__ = [
+    "AxisReusedError",
+    "IndivisibleDimError",
+    "MeshSpecError",
+    "RuleTableError",
+    "UnknownMeshAxisError",
+    "UnknownRuleDimError",
+]
+
+
+class UnknownRuleDimError(
+    ShapemlError,
+    KeyError,
+    code="E1901",
+    title="sharding rule names a dim the model does not have",
+    explanation="""
+A rule table maps dim names to mesh axes (`{"D": "model", "F": "model"}`). One of its keys is
+neither a dim the model (or one of its sub-models) declares nor a dim expression one of its fields
+spells (`"H*Dh"`, `"P*P"`). A misspelt rule would silently leave its dim replicated, so it is
+refused; the message lists the model's dims and suggests a close one.
+
+    sm.shard(m, mesh, {"Dff": "model"})   # E1901: the model declares F, not Dff
+    sm.shard(m, mesh, {"F": "model"})
+""",
+):
+    def __str__(self) -> str:  # KeyError would otherwise quote the whole message
+        return ShapemlError.__str__(self)
+
+
+class UnknownMeshAxisError(
+    ShapemlError,
+    KeyError,
+    code="E1902",
+    title="sharding rule names an axis the mesh does not have",
+    explanation="""
+A rule table (or a batch axis) names a mesh axis that the mesh it is applied to does not have.
+Mesh axes are named when the mesh is made: `Mesh(devices.reshape(2, 2), ("data", "model"))`, or
+`shapeml train --mesh data=2,model=2`. Rename the rule's axis, or make the mesh with that axis.
+""",
+):
+    def __str__(self) -> str:
+        return ShapemlError.__str__(self)
+
+
+class IndivisibleDimError(
+    ShapemlError,
+    ValueError,
+    code="E1903",
+    title="dim not divisible by its mesh axes",
+    explanation="""
+A field's dim is split evenly over the devices of the mesh axes its rule names, so its size must be
+a multiple of the product of those axes' sizes. The message names the field, the dim, its size and
+the axes. Choose a mesh whose axis sizes divide the dim, change the dim (`init(seed=0, D=64)`), or
+leave that dim out of the rules (replicated). A batch split over the data axis must likewise be a
+multiple of the data axis's size.
+
+A dim expression whose first factor is a ruled dim (`H*Dh` under `{"H": "tp"}`) is split by that
+factor, so the factor itself (whole heads per device) must divide.
+""",
+):
+    pass
+
+
+class AxisReusedError(
+    ShapemlError,
+    ValueError,
+    code="E1904",
+    title="two dims of one field on the same mesh axis",
+    explanation="""
+A `PartitionSpec` may use each mesh axis once: one field cannot be split over the same axis along
+two of its dims. The rules map two dims of the named field to one axis, or the field reads one dim
+twice (a square `[D D]` weight under `{"D": "model"}`).
+
+Map one of the dims to another axis, or declare the field so that its axes have distinct names
+(`wq: Float[Array, "D H*Dh"]` instead of `"D D"`, with `Dh="D // H"`), then rule the one you
+want split.
+""",
+):
+    pass
+
+
+class RuleTableError(
+    ShapemlError,
+    TypeError,
+    code="E1905",
+    title="invalid sharding rule table",
+    explanation="""
+A rule table is a mapping from dim names (or dim expressions spelled in a field, `"H*Dh"`) to a
+mesh axis name, a tuple of axis names (split over their product) or None (replicated):
+
+    {"D": "data", "F": ("data", "model"), "V": None}
+
+On the command line: `--shard D=data --shard F=data+model`. A key or value of another type, an
+empty tuple or an axis listed twice in one value is refused.
+""",
+):
+    pass
+
+
+class MeshSpecError(
+    ShapemlError,
+    ValueError,
+    code="E1906",
+    title="invalid mesh shape",
+    explanation="""
+A mesh is given as named axis sizes, `data=2,model=2` (or `{"data": 2, "model": 2}`): each name a
+Python identifier used once, each size a positive whole number, and their product at most the
+number of devices JAX sees. On CPU, force host devices before JAX starts:
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python train.py
+""",
+):
+    pass

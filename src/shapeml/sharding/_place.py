@@ -1,0 +1,185 @@
+"""Placing a model, its optimizer state and its batches on a device mesh by a rule table.
+
+`partition_specs` needs no mesh (for planning, `shard_map` and `jax.jit(in_shardings=...)` under a
+mesh context); `shardings` and `shard` check the table against a mesh first. Everything is paired
+with its field by dotted name, never by position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from .._validate import instance
+from ..models import Model
+from ..models._introspect import dotted_name
+from ._errors import IndivisibleDimError, UnknownMeshAxisError
+from ._rules import FieldPlan, Rules, check_mesh, plan
+
+__all__ = [
+    "StepShardings",
+    "checked_plans",
+    "field_plans",
+    "partition_specs",
+    "place_batch",
+    "shard",
+    "shardings",
+    "shardings_like",
+    "step_shardings",
+]
+
+
+def field_plans(m: Model, rules: Rules) -> dict[str, FieldPlan]:
+    """Every param and buffer of `m` by dotted name, with where the rules put it."""
+    instance("m", m, Model, "an sm.Model")
+    return {p.name: p for p in plan(type(m), m.dims, rules)}
+
+
+def checked_plans(m: Model, mesh: Mesh, rules: Rules) -> dict[str, FieldPlan]:
+    """`field_plans`, after checking the rules against `mesh` (E1902, E1903)."""
+    plans = field_plans(m, rules)
+    instance("mesh", mesh, Mesh, "a jax.sharding.Mesh")
+    check_mesh(tuple(plans.values()), rules, mesh)
+    return plans
+
+
+def partition_specs(m: Model, rules: Rules):
+    """A pytree like `m` holding each field's `PartitionSpec`, placing nothing.
+
+    Each axis of a field maps through `rules` by the dim that spells it (see `docs/scaling.md`);
+    axes no rule names are replicated (None).
+
+    Example:
+        >>> sm.partition_specs(Spotter.init(seed=0), {"D": "data"}).w_h
+        PartitionSpec('data', None)
+
+    Raises:
+        RuleTableError (E1905), UnknownRuleDimError (E1901), AxisReusedError (E1904).
+    """
+    plans = field_plans(m, rules)
+    return jax.tree_util.tree_map_with_path(lambda path, _: plans[dotted_name(path)].spec, m)
+
+
+def shardings(m: Model, mesh: Mesh, rules: Rules):
+    """A pytree like `m` holding each field's `NamedSharding` on `mesh` (for `jax.jit`).
+
+    Raises:
+        UnknownMeshAxisError (E1902), IndivisibleDimError (E1903), and the errors of
+        `partition_specs`.
+    """
+    plans = checked_plans(m, mesh, rules)
+    return jax.tree_util.tree_map_with_path(
+        lambda path, _: NamedSharding(mesh, plans[dotted_name(path)].spec), m
+    )
+
+
+def shard(m: Model, mesh: Mesh, rules: Rules) -> Model:
+    """`m` with every field placed on `mesh` as `rules` say: each device holds only its block.
+
+    `{}` replicates everything (data parallel); `{"D": "data"}` splits every field along `D`
+    (FSDP); `{"F": "model"}` splits the FFN (tensor parallel). Under `jax.jit` it constrains the
+    traced model's layout instead.
+
+    Example:
+        >>> mesh = jax.make_mesh((2, 2), ("data", "model"))
+        >>> m = sm.shard(m, mesh, {"D": "data", "Dt": "model", "Dc": "model"})
+    """
+    return jax.device_put(m, shardings(m, mesh, rules))
+
+
+def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
+    """Shardings for any pytree holding copies of `m`'s fields (optimizer state, gradients).
+
+    A leaf whose dotted path ends in a field's dotted name (`state.0.mu.blocks.0.w1` ends in
+    `blocks.0.w1`) and has that field's shape is placed like the field; every other leaf (step
+    counts, scalars) is replicated.
+    """
+    plans = checked_plans(m, mesh, rules)
+    replicated = NamedSharding(mesh, P())
+
+    def one(path, leaf):
+        parts = dotted_name(path).split(".")
+        for i in range(len(parts)):
+            p = plans.get(".".join(parts[i:]))
+            if p is not None and tuple(np.shape(leaf)) == p.shape:
+                return NamedSharding(mesh, p.spec)
+        return replicated
+
+    return jax.tree_util.tree_map_with_path(one, tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepShardings:
+    """The shardings of a training step: `jax.jit(step, in_shardings=(model, opt, batch...),
+    out_shardings=(model, opt, replicated))`, so the layout never changes between steps."""
+
+    model: Any  # a pytree like the model, of NamedSharding
+    opt: Any  # a pytree like the optimizer, of NamedSharding
+    batch: NamedSharding  # leading axis over the batch axis (replicated without one)
+    replicated: NamedSharding
+
+
+def step_shardings(
+    m: Model, opt: Any, mesh: Mesh, rules: Rules, batch_axis: str | None = "data"
+) -> StepShardings:
+    """The shardings of a training step's model, optimizer state and batch on `mesh`.
+
+    Args:
+        m: the model; its fields are placed by `rules`.
+        opt: its optimizer (any pytree); state shaped like a param is placed like the param.
+        mesh: the device mesh.
+        rules: dim name -> mesh axis (or tuple of axes, or None).
+        batch_axis: the mesh axis the batch's leading dim is split over; None replicates it.
+
+    Raises:
+        UnknownMeshAxisError: (E1902) for a batch axis the mesh does not have; and the errors of
+            `shardings`.
+    """
+    instance("mesh", mesh, Mesh, "a jax.sharding.Mesh")
+    _check_axis(batch_axis, mesh)
+    return StepShardings(
+        model=shardings(m, mesh, rules),
+        opt=shardings_like(opt, m, mesh, rules),
+        batch=NamedSharding(mesh, P(batch_axis)),
+        replicated=NamedSharding(mesh, P()),
+    )
+
+
+def _check_axis(axis: str | None, mesh: Mesh) -> None:
+    if axis is not None and axis not in mesh.shape:
+        raise UnknownMeshAxisError(
+            f"the batch axis `{axis}` is not an axis of the mesh "
+            f"({', '.join(f'{k}={v}' for k, v in mesh.shape.items())})",
+            fix="pass the mesh's data axis as batch_axis, or batch_axis=None to replicate "
+            "the batch",
+        )
+
+
+def place_batch(batch: Any, mesh: Mesh, batch_axis: str | None = "data"):
+    """Every array of `batch` (a pytree) split along its leading dim over `batch_axis`.
+
+    Raises:
+        UnknownMeshAxisError: (E1902) for an axis the mesh does not have.
+        IndivisibleDimError: (E1903) for a batch size that is not a multiple of the axis size.
+    """
+    instance("mesh", mesh, Mesh, "a jax.sharding.Mesh")
+    _check_axis(batch_axis, mesh)
+    parts = mesh.shape[batch_axis] if batch_axis is not None else 1
+
+    def one(path, x):
+        if np.ndim(x) == 0:
+            return jax.device_put(x, NamedSharding(mesh, P()))
+        if np.shape(x)[0] % parts:
+            raise IndivisibleDimError(
+                f"batch entry `{dotted_name(path) or 'batch'}` has {np.shape(x)[0]} rows, which "
+                f"do not split evenly over `{batch_axis}`={parts}",
+                fix=f"use a batch size that is a multiple of {parts}",
+            )
+        return jax.device_put(x, NamedSharding(mesh, P(batch_axis)))
+
+    return jax.tree_util.tree_map_with_path(one, batch)
