@@ -1,9 +1,11 @@
 """The Spotter's training step (AdamW, clip 1.0, warmup + cosine): shapeml vs raw JAX vs PyTorch.
 
 Three contenders, measured in one run, in interleaved rounds, median per step:
-  shapeml  `shapeml.training.TrainStep` over `spotter.loss` (what `shapeml train` runs);
+  shapeml  `shapeml.training.TrainStep` over `spotter.loss` (what `shapeml train` runs), an
+           `optim.adamw` with its defaults, so with its non-finite-gradient guard;
   jax      the same math on raw dicts: `jax.jit` + optax (clip_by_global_norm, adamw with a
-           join_schedules warmup + cosine), params and optimizer state donated;
+           join_schedules warmup + cosine, wrapped in `optax.apply_if_finite` as shapeml's
+           default `skip_nonfinite=True` wraps it), params and optimizer state donated;
   torch    PyTorch eager with the same forward, `torch.optim.AdamW`, `clip_grad_norm_`, `LambdaLR`
            (when torch is importable), timed both with its default thread count and with one
            thread; the faster counts, so the comparison is against PyTorch at its best here.
@@ -76,8 +78,9 @@ class RawStep:
             [optax.linear_schedule(0.0, lr, warmup), optax.cosine_decay_schedule(lr, cosine)],
             [warmup],
         )
-        self.tx = optax.chain(
-            optax.clip_by_global_norm(CLIP), optax.adamw(schedule, weight_decay=WD)
+        self.tx = optax.apply_if_finite(
+            optax.chain(optax.clip_by_global_norm(CLIP), optax.adamw(schedule, weight_decay=WD)),
+            max_consecutive_errors=2**31 - 1,
         )
         self.params = {k: jnp.array(v) for k, v in named_params(m).items()}
         self.state = self.tx.init(self.params)

@@ -43,12 +43,13 @@ def data(i):
     return jax.random.normal(k1, (16, 4)), jax.random.normal(k2, (16, 3))
 
 
-def run_shapeml(m, opt, steps):
-    @jax.jit
-    def step(m, opt, x, y):
-        g = sm.grad(loss, m, x, y)
-        return optim.update(m, opt, g)
+@jax.jit
+def _step(m, opt, x, y):
+    return optim.update(m, opt, sm.grad(loss, m, x, y))
 
+
+def run_shapeml(m, opt, steps):
+    step = _step
     for i in range(steps):
         m, opt = step(m, opt, *data(i))
     return m, opt
@@ -160,8 +161,11 @@ def test_optimizers_are_typed_by_their_model():
     assert isinstance(opt, optim.AdamW[Net]) and isinstance(opt, optim.AdamW)
     assert not isinstance(opt, optim.AdamW[Other]) and not isinstance(opt, optim.SGD)
     assert type(optim.sgd(m, lr=0.1)).__name__ == "SGD[Net]"
-    params = jax.tree.leaves(opt.state)
-    assert sum(x.size for x in params) == 2 * sm.count_params(m) + 1  # mu, nu, one count
+    moments = [x for x in jax.tree.leaves(opt.state) if x.ndim > 0]
+    assert sum(x.size for x in moments) == 2 * sm.count_params(m)  # mu and nu, params only
+    assert int(opt.step) == 0 and type(optim.from_optax(m, optax.sgd(0.1))).__name__ == (
+        "Optimizer[Net]"
+    )
 
 
 def test_mismatch_errors():
@@ -188,9 +192,9 @@ def test_mismatch_errors():
     assert "`w2`: optimizer [8 3] float32, gradient [9 3] float32" in str(e.value)
 
 
-def test_nonfinite_gradient_is_skipped_and_counted():
+def test_nonfinite_gradient_is_skipped_and_counted_by_default():
     m = Net.init()
-    opt = optim.adamw(m, lr=0.1, skip_nonfinite=True)
+    opt = optim.adamw(m, lr=0.1)
     g = sm.grad(loss, m, *data(0))
     bad = g.__class__(jax.tree.map(lambda x: x.at[0].set(jnp.nan), g.tree))
     m2, opt2 = jax.jit(optim.update)(m, opt, bad)
@@ -198,7 +202,8 @@ def test_nonfinite_gradient_is_skipped_and_counted():
     assert int(opt2.skipped) == 1 and int(opt2.step) == 0
     m3, opt3 = optim.update(m2, opt2, g)
     assert int(opt3.step) == 1 and not np.array_equal(m3.w1, m.w1)
-    m4, _ = optim.update(m, optim.adamw(m, lr=0.1), bad)  # without skipping, NaN propagates
+    unguarded = optim.adamw(m, lr=0.1, skip_nonfinite=False)
+    m4, _ = optim.update(m, unguarded, bad)  # only when asked for: NaN propagates
     assert math.isnan(float(m4.w1[0, 0]))
 
 
@@ -254,3 +259,79 @@ def test_grads_and_optimizers_pickle():
     np.testing.assert_array_equal(g2.w1, g.w1)
     m2, _ = optim.update(m, opt2, g2)
     np.testing.assert_array_equal(m2.w1, optim.update(m, opt, g)[0].w1)
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda m: optim.adamw(m, lr=-1e-3),
+        lambda m: optim.adamw(m, lr=float("nan")),
+        lambda m: optim.sgd(m, lr=float("inf")),
+        lambda m: optim.adamw(m, lr=1e-3, b1=1.5),
+        lambda m: optim.adamw(m, lr=1e-3, b2=-0.1),
+        lambda m: optim.adamw(m, lr=1e-3, eps=-1),
+        lambda m: optim.adamw(m, lr=1e-3, weight_decay=-0.01),
+        lambda m: optim.sgd(m, lr=0.1, momentum=-0.9),
+        lambda m: optim.lion(m, lr=1e-4, b2=1.0),
+        lambda m: optim.rmsprop(m, lr=1e-3, decay=2.0),
+        lambda m: optim.adafactor(m, lr=1e-3, clipping_threshold=0.0),
+        lambda m: optim.adamw(m, lr=optim.cosine(1e-3, 10.7)),
+        lambda m: optim.adamw(m, lr=optim.warmup(2.5, 1e-3)),
+        lambda m: optim.adamw(m, lr=optim.warmup(0, 1e-3)),
+        lambda m: optim.adamw(m, lr=optim.constant(-1)),
+        lambda m: optim.adamw(m, lr=1e-3, transforms=[optim.clip_norm(0)]),
+        lambda m: optim.adamw(m, lr=1e-3, ema=1.5),
+        lambda m: optim.adamw(m, lr=1e-3, accumulate=0),
+        lambda m: optim.adamw(m, lr=1e-3, accumulate=2.0),
+        lambda m: optim.sgd(m, lr=0.1, nesterov=1),
+        lambda m: optim.adamw(m, lr="3e-3"),
+        lambda m: optim.adamw(m, lr=1e-3, skip_nonfinite="yes"),
+        lambda m: optim.adamw(m, lr=1e-3, transforms=[3]),
+        lambda m: optim.adamw(m, lr=1e-3, mask=[True, False]),
+    ],
+)
+def test_every_hyperparameter_is_checked_before_anything_is_built(build):
+    with pytest.raises(sm.ShapemlError) as e:
+        build(Net.init())
+    assert e.value.code in ("E0002", "E0003")
+    assert "`" in str(e.value)  # names the argument
+
+
+@pytest.mark.parametrize(
+    "make", [optim.sgd, optim.adam, optim.lion, optim.adafactor, optim.rmsprop]
+)
+def test_every_convenience_restores_from_its_checkpoint_without_a_template(make, tmp_path):
+    m = Net.init(seed=1)
+    opt = make(m, lr=optim.warmup(2, optim.cosine(1e-2, 10)), ema=0.9, accumulate=2)
+    m, opt = run_shapeml(m, opt, 5)
+    path = sm.save_checkpoint(tmp_path / "c.safetensors", m, opt)
+    m2, opt2 = sm.load_checkpoint(path, Net)
+    assert type(opt2) is type(opt) and opt2.kind == opt.kind and opt2.settings == opt.settings
+    assert jax.tree.structure(opt2) == jax.tree.structure(opt)
+    for a, b in zip(jax.tree.leaves((m, opt)), jax.tree.leaves((m2, opt2))):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_nonfinite_state_is_refused_unless_asked_for(tmp_path):
+    m = Net.init()
+    opt = optim.sgd(m, lr=0.1)
+    broken = m.replace(w1=m.w1.at[0, 0].set(jnp.inf))
+    path = tmp_path / "c.safetensors"
+    with pytest.raises(ValueError, match="E1307") as e:
+        sm.save_checkpoint(path, broken, opt)
+    assert "model.w1" in str(e.value) and not path.exists()
+    sm.save_checkpoint(path, broken, opt, allow_nonfinite=True)
+    with pytest.warns(sm.ShapemlWarning, match="W1301"):
+        sm.load_checkpoint(path, Net)
+    loaded, _ = sm.load_checkpoint(path, Net, allow_nonfinite=True)
+    assert math.isinf(float(loaded.w1[0, 0]))
+
+
+def test_a_state_that_does_not_fit_the_template_is_one_report_of_every_difference(tmp_path):
+    m = Net.init()
+    path = sm.save_checkpoint(tmp_path / "c.safetensors", m, optim.adamw(m, lr=0.1))
+    with pytest.raises(sm.ShapemlError, match="E1301") as e:
+        sm.load_checkpoint(path, Net, like=optim.adamw(m, lr=0.1, accumulate=2, ema=0.9))
+    text = str(e.value)
+    assert "accumulate=2" in text and "accumulate=1" in text
+    assert text.count("missing:") >= 3  # acc_grads, mini_step, the average: all listed at once

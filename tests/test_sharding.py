@@ -15,6 +15,8 @@ import textwrap
 
 import jax
 import pytest
+from jax.sharding import PartitionSpec as P
+from jaxtyping import Array, Float
 
 import shapeml as sm
 from shapeml import sharding
@@ -290,8 +292,8 @@ SPECS = {
         "cw2": [None, "model", "data"],
         "w_h": ["data", None],
     },
-    # The float transformer declares its attention weights `[L D D]`, so D cannot be ruled
-    # (E1904); FSDP splits it by vocabulary, positions and layers.
+    # FSDP splits the float transformer by vocabulary, positions and layers; tensor parallelism
+    # splits attention by heads (its weights are spelled `L D H*Dh`) and the FFN by width.
     "transformer_fsdp": {
         "embed": ["data", None],
         "pos": ["data", None],
@@ -300,7 +302,8 @@ SPECS = {
     "transformer_tp": {
         "embed": [None, None],
         "pos": [None, None],
-        **{k: [None, None, None] for k in ("wq", "wk", "wv", "wo")},
+        **{k: [None, None, "model"] for k in ("wq", "wk", "wv")},
+        "wo": [None, "model", None],
         "w1": [None, None, "model"],
         "w2": [None, "model", None],
     },
@@ -440,10 +443,19 @@ def test_rule_errors_are_coded(rules, code, words):
         assert w in str(info.value)
 
 
+class Square(sm.Model):
+    dims = sm.Dims(D=8, H=2, Dh="D // H")
+    w: Float[Array, "D D"] = sm.param(sm.normal(std=0.1))
+
+
 def test_a_field_reading_a_dim_twice_names_the_fix():
     with pytest.raises(sharding.AxisReusedError, match="reads `D` twice") as info:
-        sharding.partition_specs(Transformer.init(seed=0), {"D": "model"})
+        sharding.partition_specs(Square.init(seed=0), {"D": "model"})
     assert "H*Dh" in str(info.value)
+    # spelled by heads, the same weights split by one rule
+    assert sharding.partition_specs(Transformer.init(seed=0), {"D": "model"}).wq == P(
+        None, "model", None
+    )
 
 
 def test_parse_mesh_and_rules():

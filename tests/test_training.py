@@ -79,11 +79,16 @@ def test_nonfinite_weights_are_never_checkpointed(tmp_path):
 
     m = One.init()
     ckpt = tmp_path / "c.safetensors"
+    ones = ((np.ones(2, np.float32),) for _ in range(9))
+    # By default the infinite gradient is skipped and counted: the weights stay finite.
+    kept = train(loss, m, optim.sgd(m, lr=0.1), ones, steps=4, checkpoint=ckpt, progress=False)
+    assert kept.skipped == 4 and int(kept.opt.step) == 0 and ckpt.exists()
+    ckpt.unlink()
     with pytest.raises(FloatingPointError, match="E1701") as e:
         train(
             loss,
             m,
-            optim.sgd(m, lr=0.1),
+            optim.sgd(m, lr=0.1, skip_nonfinite=False),
             ((np.ones(2, np.float32),) for _ in range(9)),
             steps=4,
             checkpoint=ckpt,
@@ -250,3 +255,81 @@ def test_importing_shapeml_leaves_jax_backend_unstarted():
     code = "import shapeml, shapeml._jax_internals as j; print(j.backend_started())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+class Tiny(sm.Model):
+    dims = sm.Dims(I=4, O=2)
+    w: Float[Array, "I O"] = sm.param(sm.normal(std=0.5))
+    b: Float[Array, " O"] = sm.param(sm.zeros, decay=False)
+
+
+def tiny_loss(m, x, y):
+    return jnp.mean((x @ m.w + m.b[None] - y) ** 2)
+
+
+def tiny_batches(n=40):
+    rng = np.random.default_rng(0)
+    return [
+        (rng.normal(size=(8, 4)).astype(np.float32), rng.normal(size=(8, 2)).astype(np.float32))
+        for _ in range(n)
+    ]
+
+
+def test_accumulate_and_ema_options_equal_the_optimizer_built_with_them(tmp_path):
+    data = tiny_batches()
+    m = Tiny.init(seed=0)
+    result = train(
+        tiny_loss,
+        m,
+        optim.adamw(m, lr=0.05),
+        data,
+        steps=4,
+        accumulate=3,
+        ema=0.9,
+        log_every=2,
+        progress=False,
+    )
+    assert [h["step"] for h in result.history] == [2, 4]  # steps count updates
+    assert result.opt.accumulate == 3 and int(result.opt.step) == 12  # 12 batches taken
+    ref_m, ref_opt = m, optim.adamw(m, lr=0.05, accumulate=3, ema=0.9)
+    ref_step = jax.jit(lambda m, o, x, y: optim.update(m, o, sm.grad(tiny_loss, m, x, y)))
+    for x, y in data[:12]:
+        ref_m, ref_opt = ref_step(ref_m, ref_opt, x, y)
+    for a, b in zip(
+        jax.tree.leaves((result.model, result.ema)),
+        jax.tree.leaves((ref_m, optim.averaged(ref_m, ref_opt))),
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+    assert type(result.ema) is Tiny and not np.allclose(result.ema.w, result.model.w)
+
+    ckpt = tmp_path / "acc.safetensors"
+    kw = dict(accumulate=3, ema=0.9, checkpoint=ckpt, progress=False)
+    train(tiny_loss, m, optim.adamw(m, lr=0.05), data, steps=2, **kw)
+    resumed = train(tiny_loss, m, optim.adamw(m, lr=0.05), data, steps=4, resume=True, **kw)
+    for a, b in zip(
+        jax.tree.leaves((resumed.model, resumed.opt)), jax.tree.leaves((result.model, result.opt))
+    ):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_train_checks_its_arguments_before_it_runs():
+    m = Tiny.init()
+    with pytest.raises(sm.ShapemlError, match="E0002"):
+        train(tiny_loss, m, optim.sgd(m, lr=0.1), tiny_batches(), steps=-5, progress=False)
+    with pytest.raises(sm.ShapemlError, match="E0003"):
+        train(tiny_loss, m, optim.sgd(m, lr=0.1), tiny_batches(), steps=2.5, progress=False)
+    with pytest.raises(ValueError, match="E1207"):
+        train(
+            tiny_loss,
+            m,
+            optim.sgd(m, lr=0.1, accumulate=2),
+            tiny_batches(),
+            steps=2,
+            accumulate=3,
+            progress=False,
+        )
+    with pytest.raises(sm.ShapemlError, match="E0002"):
+        train(tiny_loss, m, optim.sgd(m, lr=0.1), tiny_batches(), steps=2, ema=-0.5, progress=False)
+    step = TrainStep(tiny_loss, m, optim.sgd(m, lr=0.1, ema=0.5))
+    step(*tiny_batches(1)[0])
+    assert type(step.averaged) is Tiny

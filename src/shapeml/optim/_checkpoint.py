@@ -1,34 +1,35 @@
 """Training checkpoints: a model and its optimizer in one safetensors file, checked by name.
 
-Entries are `model.<field>` and `opt.<path in the optimizer state>`; the optimizer's kind,
-hyperparameters and schedule go in the metadata, so `load_checkpoint` can rebuild it and training
-resumes bit for bit.
+Entries are `model.<field>` and `opt.<tree path in the optimizer>` (`opt.state.0.mu.w1`,
+`opt.step`): any optax state is saved by its tree paths. The optimizer's description (kind,
+settings, options) goes in the metadata, so the built-in conveniences restore without a template;
+any other optimizer restores into `like=opt`. Restores are bit for bit.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import typing
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 
 from .._files import read_safetensors, write_safetensors
+from .._validate import instance, shorten
 from ..models import Model
-from ..models._checkpoint import (
-    CheckpointError,
-    entry_problems,
-    model_from_arrays,
-    model_metadata,
-)
+from ..models._checkpoint import CheckpointError, entry_problems, model_from_arrays, model_metadata
 from ..models._introspect import dotted_name, tensors
-from ._errors import OptimizerKindError, OptimizerMismatchError
-from ._optimizer import Optimizer, adamw, sgd
-from ._schedules import from_config
-from ._transforms import clip_norm
+from ._config import check_header, rebuild
+from ._errors import OptimizerCheckpointError, OptimizerKindError, OptimizerMismatchError
+from ._optimizer import Optimizer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
+
+_META = "shapeml.optimizer"
 
 
 def _opt_entries(opt: Optimizer) -> dict[str, jax.Array]:
@@ -36,13 +37,31 @@ def _opt_entries(opt: Optimizer) -> dict[str, jax.Array]:
     return {"opt." + dotted_name(path): v for path, v in leaves}
 
 
-def save_checkpoint(path: str | os.PathLike, m: Model, opt: Optimizer) -> Path:
-    """Saves a model and its optimizer state atomically, to resume training exactly.
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def save_checkpoint(
+    path: str | os.PathLike,
+    m: Model,
+    opt: Optimizer,
+    *,
+    allow_nonfinite: bool | Collection[str] = False,
+) -> Path:
+    """Saves a model and its optimizer's whole state atomically, to resume training exactly.
+
+    Args:
+        path: the file (its folder must exist).
+        m, opt: the model and its optimizer.
+        allow_nonfinite: True (or entry names such as `"model.w"`) to write NaN/inf on purpose;
+            by default a state holding them is refused (E1307) and nothing is written.
 
     Example:
         >>> sm.save_checkpoint("run/last.safetensors", m, opt)
         >>> m, opt = sm.load_checkpoint("run/last.safetensors", Spotter)
+
+    Raises:
+        OptimizerMismatchError: (E1201) if `opt` is not an optimizer built for `m`'s class.
+        NonFiniteError: (E1307) naming every entry holding NaN or an infinity.
     """
+    instance("m", m, Model, "the sm.Model being trained")
     if not isinstance(opt, Optimizer) or opt.model_class is not type(m):
         raise OptimizerMismatchError(
             f"save_checkpoint(path, m, opt) got a `{type(opt).__name__}` for a `{type(m).__name__}`",
@@ -52,87 +71,107 @@ def save_checkpoint(path: str | os.PathLike, m: Model, opt: Optimizer) -> Path:
     arrays.update(_opt_entries(opt))
     meta = model_metadata(m)
     meta["shapeml.format"] = "checkpoint"
-    try:
-        meta["shapeml.optimizer"] = json.dumps(opt.config())
-    except (TypeError, AttributeError):  # a user's own transform cannot be described: like=opt
-        meta["shapeml.optimizer"] = json.dumps({"kind": opt.kind, "rebuildable": False})
-    return write_safetensors(path, arrays, meta)
+    meta[_META] = json.dumps(opt.config())
+    return write_safetensors(path, arrays, meta, allow_nonfinite=allow_nonfinite)
 
 
-def _rebuild(m: Model, cfg: dict) -> Optimizer:
-    kind = cfg.get("kind")
-    if cfg.get("rebuildable") is False:
-        raise CheckpointError(
-            "this checkpoint's optimizer uses a custom gradient transform, which cannot be rebuilt "
-            "from the file",
-            fix="build the optimizer as in training and pass it: load_checkpoint(path, M, like=opt)",
-        )
-    transforms = [clip_norm(t["max_norm"]) for t in cfg["transforms"]]
-    common = dict(
-        lr=from_config(cfg["lr"]),
-        transforms=transforms,
-        skip_nonfinite=cfg["skip_nonfinite"],
-        weight_decay=cfg["weight_decay"],
-    )
-    if kind == "adamw":
-        return adamw(m, b1=cfg["b1"], b2=cfg["b2"], eps=cfg["eps"], **common)
-    if kind == "sgd":
-        return sgd(m, momentum=cfg["momentum"], nesterov=cfg["nesterov"], **common)
-    raise CheckpointError(
-        f"unknown optimizer kind {kind!r} in the checkpoint",
-        fix="re-save it with sm.save_checkpoint",
-    )
-
-
-def load_checkpoint(path: str | os.PathLike, cls: type[Model], *, like: Optimizer | None = None):
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def load_checkpoint(
+    path: str | os.PathLike,
+    cls: type[Model],
+    *,
+    like: Optimizer | None = None,
+    allow_nonfinite: bool | Collection[str] = False,
+):
     """Loads `(model, optimizer)` saved by `save_checkpoint`, every entry checked.
 
     Args:
         path: the checkpoint.
         cls: the model class.
-        like: an optimizer to fill (needed when training used a custom transform); its kind
-            must match the file's.
+        like: an optimizer to fill: the template that gives the transformation (needed for
+            `from_optax` optimizers and custom transforms; the conveniences rebuild themselves).
+            Its kind must match the file's.
+        allow_nonfinite: True (or entry names) to read NaN/inf without warning W1301.
 
     Raises:
-        CheckpointError: (E1301) listing every missing, unexpected or mis-shaped entry.
+        CheckpointError: (E1301) listing every missing, unexpected or mis-shaped entry at once.
+        OptimizerCheckpointError: (E1205) for a missing, malformed or partial optimizer description.
         OptimizerKindError: (E1202) if `like` is another kind than the file's optimizer.
+        OptimizerMismatchError: (E1201) if `like` is for another model class.
     """
-    arrays, meta = read_safetensors(path)
-    model_arrays = {k[len("model.") :]: v for k, v in arrays.items() if k.startswith("model.")}
-    opt_arrays = {k: v for k, v in arrays.items() if k.startswith("opt.")}
-    other = [k for k in arrays if k not in opt_arrays and not k.startswith("model.")]
-    if "shapeml.optimizer" not in meta:
+    arrays, meta = read_safetensors(
+        path,
+        fix="re-save it with sm.save_checkpoint; if it was copied, check the copy finished",
+        allow_nonfinite=allow_nonfinite,
+    )
+    if _META not in meta:
         raise CheckpointError(
             f"`{path}` holds no optimizer state (was it saved with sm.save?)",
             fix="load it with sm.load(path, Cls), or save with sm.save_checkpoint",
         )
+    model_arrays = {k[len("model.") :]: v for k, v in arrays.items() if k.startswith("model.")}
     m = model_from_arrays(cls, model_arrays, meta, str(path))
-    cfg = json.loads(meta["shapeml.optimizer"])
+    cfg = _parse(meta[_META], str(path))
     if like is not None:
-        if like.kind != cfg.get("kind"):
-            raise OptimizerKindError(
-                f"`{path}` was saved with {cfg.get('kind')}, but a `{type(like).__name__}` was given",
-                fix=f"build the optimizer with optim.{cfg.get('kind')}(m, ...)",
-            )
-        if like.model_class is not cls:
-            raise OptimizerMismatchError(
-                f"`{type(like).__name__}` cannot hold the state of a `{cls.__name__}`",
-                fix=f"build it from a {cls.__name__}",
-            )
-        template = like
+        template = _check_like(like, cls, cfg, str(path))
     else:
-        template = _rebuild(m, cfg)
+        template = rebuild(m, cfg, str(path))
     expected_arrays = _opt_entries(template)
     expected = {k: (v.shape, v.dtype) for k, v in expected_arrays.items()}
-    problems = entry_problems(expected, {**opt_arrays, **{k: arrays[k] for k in other}})
+    found = {k: v for k, v in arrays.items() if not k.startswith("model.")}
+    problems = entry_problems(expected, found)
     if problems:
         raise CheckpointError(
-            f"`{path}`'s optimizer state does not match `{type(template).__name__}`: "
+            f"`{path}`'s optimizer state does not fit `{type(template).__name__}` "
+            f"({_options(template)}; the file's: {_options(cfg)}): "
             f"{len(problems)} problem(s):\n    " + "\n    ".join(problems),
-            fix="resume with the optimizer kind and settings the checkpoint was saved with",
+            fix="resume with the optimizer and options the checkpoint was saved with",
         )
-    leaves, treedef = jax.tree_util.tree_flatten(template)
-    names = list(expected_arrays)
-    opt = jax.tree_util.tree_unflatten(treedef, [jnp.asarray(opt_arrays[n]) for n in names])
-    del leaves
-    return m, opt
+    # Each leaf is filled from the entry of its own tree path, never by position.
+    paths, treedef = jax.tree_util.tree_flatten_with_path(template)
+    names = ["opt." + dotted_name(p) for p, _ in paths]
+    return m, jax.tree_util.tree_unflatten(treedef, [jnp.asarray(found[n]) for n in names])
+
+
+def _parse(text: str, source: str) -> Any:
+    try:
+        cfg = json.loads(text)
+    except (ValueError, RecursionError):
+        raise OptimizerCheckpointError(
+            f"`{source}`'s optimizer description (metadata `{_META}`) is not JSON: {shorten(text)}",
+            fix="re-save it with sm.save_checkpoint(path, m, opt)",
+        ) from None
+    return cfg
+
+
+def _check_like(like: object, cls: type, cfg: object, source: str) -> Optimizer:
+    if not isinstance(like, Optimizer):
+        raise OptimizerKindError(
+            f"load_checkpoint(..., like=) takes a shapeml optimizer, got {type(like).__name__}",
+            fix="build it as in training: like=optim.adamw(m, ...) or optim.from_optax(m, tx)",
+        )
+
+    def bad(why: str) -> OptimizerCheckpointError:
+        return OptimizerCheckpointError(
+            f"`{source}`'s optimizer description (metadata `{_META}`) {why}",
+            fix="re-save it with sm.save_checkpoint(path, m, opt)",
+        )
+
+    check_header(cfg, bad)
+    if like.kind != cfg["kind"]:
+        raise OptimizerKindError(
+            f"`{source}` was saved with {cfg['kind']}, but a `{type(like).__name__}` "
+            f"({like.kind}) was given",
+            fix=f"build the optimizer the file was saved with ({cfg['kind']})",
+        )
+    if like.model_class is not cls:
+        raise OptimizerMismatchError(
+            f"`{type(like).__name__}` cannot hold the state of a `{cls.__name__}`",
+            fix=f"build it from a {cls.__name__}",
+        )
+    return like
+
+
+def _options(o) -> str:
+    get = o.get if isinstance(o, dict) else lambda k: getattr(o, k)
+    return ", ".join(f"{k}={get(k)}" for k in ("skip_nonfinite", "accumulate", "ema"))

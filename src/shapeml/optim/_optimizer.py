@@ -1,18 +1,17 @@
-"""Optimizers typed by their model (`AdamW[Spotter]`), built on optax, and `update`.
+"""The typed optimizer (`Optimizer[Spotter]`, `AdamW[Spotter]`) and `update`.
 
-An optimizer is an immutable pytree holding optax state for exactly its model's params and one
-step count; `update(m, opt, g)` returns the new model and optimizer. Learning rates are read from
-that count, so there is no scheduler to step.
+An optimizer is an immutable pytree: the optax state of its transformation over exactly its model's
+params (never its buffers) and one step count. `update(m, opt, g)` applies the transformation to the
+gradient's tree and `optax.apply_updates`, and returns the new model and optimizer. The update rule
+is any optax transformation (`from_optax`); `sgd`, `adamw`, ... are conveniences that build one.
 """
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import functools
 import typing
-from collections.abc import Callable, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import equinox as eqx
 import jax
@@ -23,47 +22,67 @@ from .._errors import ArgumentTypeError
 from .._grad import Grad, split_params
 from ..models import Model
 from ..models._introspect import params as named_params
-from ._errors import GradShapeError, ModelShapeError, OptimizerKindError, OptimizerMismatchError
-from ._schedules import Schedule, as_schedule
+from ._compose import compose, split
+from ._errors import (
+    GradShapeError,
+    ModelShapeError,
+    OptimizerKindError,
+    OptimizerMismatchError,
+    OptionConflictError,
+)
+from ._masks import Mask
+from ._schedules import Schedule
+from ._transforms import _ClipNorm
 
-__all__ = [
-    "SGD",
-    "AdamW",
-    "Optimizer",
-    "OptimizerMismatchError",
-    "adamw",
-    "sgd",
-    "update",
-]
+__all__ = ["SGD", "AdamW", "Optimizer", "OptimizerMismatchError", "update"]
+
+FORMAT = 2  # of `config()`; 1: shapeml before optimizers took any optax transformation
+OPTIONS = ("skip_nonfinite", "accumulate", "ema")
 
 
-class _Count(NamedTuple):
-    count: jax.Array
+class _OpaqueSettingError(Exception):
+    """A setting JSON cannot describe (a user's function): the checkpoint needs `like=`."""
 
 
-def _count_updates() -> optax.GradientTransformation:
-    """Counts applied updates: the optimizer's one step count where optax keeps none."""
-    return optax.GradientTransformation(
-        lambda params: _Count(jnp.zeros((), jnp.int32)),
-        lambda updates, state, params=None: (
-            updates,
-            _Count(optax.safe_int32_increment(state.count)),
-        ),
-    )
+def _encode(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, Schedule):
+        return {"schedule": value.config()}
+    if isinstance(value, Mask):
+        return {"mask": value.config()}
+    if isinstance(value, tuple) and all(isinstance(t, _ClipNorm) for t in value):
+        return {"transforms": [t.config() for t in value]}
+    raise _OpaqueSettingError
+
+
+# kind -> the convenience that builds it (filled by `_aliases`): how pickling and checkpoints
+# rebuild an optimizer whose optax closures cannot be stored.
+BUILDERS: dict[str, Any] = {}
 
 
 class Optimizer(eqx.Module):
-    """Base of shapeml optimizers: optax state for a model's params, typed by the model class."""
+    """A shapeml optimizer: optax state for a model's params, typed by the model class.
+
+    Attributes:
+        state: the optax state of `tx` over the params (a tree shaped like the model, buffers None).
+        step: how many gradients were applied (skipped ones excluded).
+        kind: "adamw", "sgd", ... for the conveniences, "optax" for `from_optax`.
+        base: the optax transformation of the update rule, before the options below.
+        settings: the convenience's arguments as (name, value) pairs (what checkpoints store).
+        skip_nonfinite, accumulate, ema: the options (see `from_optax`).
+    """
 
     state: Any
-    skipped: jax.Array
-    lr: Schedule = eqx.field(static=True)
-    transforms: tuple = eqx.field(static=True)
+    step: jax.Array
+    kind: str = eqx.field(static=True)
+    base: Any = eqx.field(static=True)
+    settings: tuple = eqx.field(static=True)
     skip_nonfinite: bool = eqx.field(static=True)
-    hyper: tuple = eqx.field(static=True)
+    accumulate: int = eqx.field(static=True)
+    ema: float | None = eqx.field(static=True)
     shapes: tuple = eqx.field(static=True)
     model_class: ClassVar[type | None] = None
-    kind: ClassVar[str] = "optimizer"
 
     @classmethod
     @functools.cache
@@ -72,163 +91,102 @@ class Optimizer(eqx.Module):
             raise ArgumentTypeError(
                 f"{cls.__name__}[...] takes an sm.Model class, got {model_class!r}"
             )
+        # `AdamW[Spotter]` is also an `Optimizer[Spotter]`: typed by its model whatever its kind.
+        bases = (cls,) if cls is Optimizer else (cls, Optimizer.for_model(model_class))
         return type(
             f"{cls.__name__}[{model_class.__name__}]",
-            (cls,),
+            bases,
             {"model_class": model_class, "__module__": cls.__module__},
         )
 
     def __class_getitem__(cls, model_class: type):
         return cls.for_model(model_class)
 
-    def __reduce__(self):  # the typed class is made on demand, so pickle rebuilds it
+    def __reduce__(self):  # the typed class is made on demand, and optax's closures do not pickle
         fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return (_rebuild, (type(self).__mro__[1], self.model_class, fields))
+        if self.kind in BUILDERS:
+            fields["base"] = None  # rebuilt from kind and settings
+        return (_rebuild, (_family(type(self)), self.model_class, fields))
 
     @property
-    def step(self) -> jax.Array:
-        """How many updates have been applied (skipped steps excluded): what schedules read."""
-        return optax.tree_utils.tree_get(self.state, "count")
+    def tx(self) -> optax.GradientTransformationExtraArgs:
+        """The whole optax transformation: the update rule wrapped by the options."""
+        return compose(self.base, self.skip_nonfinite, self.accumulate, self.ema)
+
+    @property
+    def skipped(self) -> jax.Array:
+        """How many steps were skipped for a non-finite gradient (0 without `skip_nonfinite`)."""
+        if not self.skip_nonfinite:
+            return jnp.zeros((), jnp.int32)
+        return self.state.total_notfinite
+
+    @property
+    def lr(self):
+        """The learning rate or schedule a convenience was built with (None for `from_optax`)."""
+        return dict(self.settings).get("lr")
+
+    @property
+    def transforms(self) -> tuple:
+        """The gradient transforms a convenience was built with (`transforms=[...]`)."""
+        return dict(self.settings).get("transforms", ())
 
     def config(self) -> dict[str, Any]:
-        """Everything needed to rebuild this optimizer for a model (see `load_checkpoint`)."""
-        return {
-            "kind": self.kind,
-            **dict(self.hyper),
-            "lr": self.lr.config(),
-            "transforms": [t.config() for t in self.transforms],
-            "skip_nonfinite": self.skip_nonfinite,
-        }
-
-    @abc.abstractmethod
-    def tx(self) -> optax.GradientTransformation:
-        """The optax transformation of this optimizer's update rule (before the learning rate)."""
+        """A JSON-able description that rebuilds this optimizer (what checkpoints store);
+        `rebuildable: false` when only a `like=` template can restore it."""
+        out: dict[str, Any] = {"format": FORMAT, "kind": self.kind}
+        out.update({k: getattr(self, k) for k in OPTIONS})
+        if self.kind not in BUILDERS:
+            return {**out, "rebuildable": False}
+        try:
+            return {**out, "settings": {k: _encode(v) for k, v in self.settings}}
+        except _OpaqueSettingError:
+            return {**out, "rebuildable": False}
 
     def __repr__(self) -> str:
-        hyper = ", ".join(f"{k}={v}" for k, v in self.hyper)
-        return f"{type(self).__name__}(lr={self.lr!r}, {hyper}, step={self.step}, skipped={self.skipped})"
+        args = ", ".join(f"{k}={v!r}" for k, v in self.settings if k != "transforms" or v)
+        opts = [f"skip_nonfinite={self.skip_nonfinite}"]
+        if self.accumulate > 1:
+            opts.append(f"accumulate={self.accumulate}")
+        if self.ema is not None:
+            opts.append(f"ema={self.ema}")
+        head = f"{type(self).__name__}({args or repr(self.base)}, {', '.join(opts)}"
+        return f"{head}, step={self.step}, skipped={self.skipped})"
 
 
-def _rebuild(kind: type[Optimizer], model_class: type, fields: dict) -> Optimizer:
-    return kind[model_class](**fields)
+def _family(cls: type) -> type:
+    """The untyped class (`AdamW` for `AdamW[Spotter]`)."""
+    return cls.__mro__[1] if cls.model_class is not None else cls
+
+
+def _rebuild(family: type[Optimizer], model_class: type, fields: dict) -> Optimizer:
+    if fields["base"] is None:
+        fields["base"] = BUILDERS[fields["kind"]].base(fields["settings"], model_class)
+    return family[model_class](**fields)
 
 
 class SGD(Optimizer):
-    """Stochastic gradient descent with optional (Nesterov) momentum and weight decay."""
-
-    kind: ClassVar[str] = "sgd"
-
-    def tx(self):
-        h = dict(self.hyper)
-        parts = []
-        if h["weight_decay"]:
-            parts.append(optax.add_decayed_weights(h["weight_decay"]))
-        if h["momentum"]:
-            parts.append(optax.trace(decay=h["momentum"], nesterov=h["nesterov"]))
-        return optax.chain(*parts, _count_updates())
+    """Stochastic gradient descent (optax.sgd), optionally with (Nesterov) momentum, weight decay."""
 
 
 class AdamW(Optimizer):
-    """Adam with decoupled weight decay (optax.adamw's math, its count the optimizer's step)."""
-
-    kind: ClassVar[str] = "adamw"
-
-    def tx(self):
-        h = dict(self.hyper)
-        return optax.chain(
-            optax.scale_by_adam(b1=h["b1"], b2=h["b2"], eps=h["eps"]),
-            optax.add_decayed_weights(h["weight_decay"]),
-        )
+    """Adam with decoupled weight decay (optax.adamw)."""
 
 
-def _build(cls, m: Model, lr, hyper: dict, transforms, skip_nonfinite: bool):
-    if not isinstance(m, Model):
-        raise ArgumentTypeError(
-            f"{cls.kind}(m, ...) takes the sm.Model it will update, got {type(m).__name__}"
-        )
-    typed = cls[type(m)]
-    shapes = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in named_params(m).items())
-    proto = typed(
-        state=None,
-        skipped=jnp.zeros((), jnp.int32),
-        lr=as_schedule(lr),
-        transforms=tuple(transforms),
-        skip_nonfinite=skip_nonfinite,
-        hyper=tuple(hyper.items()),
-        shapes=shapes,
-    )
-    params, _ = split_params(m)
-    return eqx.tree_at(
-        lambda o: o.state, proto, proto.tx().init(params), is_leaf=lambda x: x is None
-    )
-
-
-def sgd(
-    m: Model,
-    lr: Schedule | float | int,
-    momentum: float = 0.0,
-    nesterov: bool = False,
-    weight_decay: float = 0.0,
-    *,
-    transforms: Sequence[Callable] = (),
-    skip_nonfinite: bool = False,
-) -> SGD:
-    """SGD state for `m`'s params: an `SGD[type(m)]`.
-
-    Args:
-        m: the model it will update.
-        lr: a number or a schedule (`warmup(20, cosine(3e-3, steps))`).
-        momentum, nesterov: heavy-ball momentum (optax.trace).
-        weight_decay: adds `weight_decay * p` to each param's gradient (never to buffers).
-        transforms: gradient transforms applied in order before the step (`[clip_norm(1.0)]`).
-        skip_nonfinite: skip (and count in `opt.skipped`) a step whose gradient is not finite.
-    """
-    hyper = {
-        "momentum": float(momentum),
-        "nesterov": bool(nesterov),
-        "weight_decay": float(weight_decay),
-    }
-    return _build(SGD, m, lr, hyper, transforms, skip_nonfinite)
-
-
-def adamw(
-    m: Model,
-    lr: Schedule | float | int,
-    b1: float = 0.9,
-    b2: float = 0.999,
-    eps: float = 1e-8,
-    weight_decay: float = 0.01,
-    *,
-    transforms: Sequence[Callable] = (),
-    skip_nonfinite: bool = False,
-) -> AdamW:
-    """AdamW state for `m`'s params: an `AdamW[type(m)]` (optax.adamw's math).
-
-    Weight decay applies to params only; buffers are never updated.
-
-    Example:
-        >>> opt = optim.adamw(m, lr=optim.warmup(20, optim.cosine(3e-3, steps)))
-    """
-    hyper = {
-        "b1": float(b1),
-        "b2": float(b2),
-        "eps": float(eps),
-        "weight_decay": float(weight_decay),
-    }
-    return _build(AdamW, m, lr, hyper, transforms, skip_nonfinite)
+def shapes_of(m: Model) -> tuple:
+    return tuple((k, tuple(v.shape), str(v.dtype)) for k, v in named_params(m).items())
 
 
 def _check(m: Any, opt: Any, g: Any) -> None:  # any input: it is the validator
     if not isinstance(opt, Optimizer):
         raise OptimizerKindError(
             f"update(m, opt, g) needs a shapeml optimizer as `opt`, got {type(opt).__name__}",
-            fix="build one with optim.sgd(m, lr=...) or optim.adamw(m, lr=...)",
+            fix="build one with optim.adamw(m, lr=...), or optim.from_optax(m, tx) for any optax tx",
         )
     if type(m) is not opt.model_class:
         raise OptimizerMismatchError(
             f"`{type(opt).__name__}` updates a `{opt.model_class.__name__}`, but was given a "
             f"`{type(m).__name__}`",
-            fix=f"build the optimizer from the model it updates: opt = optim.{opt.kind}(m, lr=...)",
+            fix=f"build the optimizer from the model it updates: opt = optim.{opt.kind}(m, ...)",
         )
     if not isinstance(g, Grad) or g.model_class is not type(m):
         got = type(g).__name__
@@ -236,12 +194,12 @@ def _check(m: Any, opt: Any, g: Any) -> None:  # any input: it is the validator
             f"update(m, opt, g) needs a Grad[{type(m).__name__}], got {got}",
             fix="compute it with sm.value_and_grad(loss, m, ...)",
         )
-    model_shapes = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in named_params(m).items())
+    model_shapes = shapes_of(m)
     if model_shapes != opt.shapes:
         raise ModelShapeError(
             f"`{type(m).__name__}`'s params changed since `{type(opt).__name__}` was built: "
             + _diff(opt.shapes, model_shapes, "optimizer", "model"),
-            fix=f"build a new optimizer for this model: opt = optim.{opt.kind}(m, lr=...)",
+            fix=f"build a new optimizer for this model: opt = optim.{opt.kind}(m, ...)",
         )
     grad_shapes = tuple((k, tuple(v.shape), str(v.dtype)) for k, v in g.named().items())
     if grad_shapes != opt.shapes:
@@ -269,28 +227,53 @@ def _diff(expected, got, a: str, b: str) -> str:
 def update(m: Model, opt: Optimizer, g: Grad):
     """One optimizer step: returns `(new_model, new_opt)`.
 
-    Applies the optimizer's transforms to `g`, then the optax update with the learning rate its
-    schedule gives at `opt.step`. Buffers are never changed. With `skip_nonfinite`, a step whose
-    gradient holds a NaN or inf leaves model and state as they were and counts in `opt.skipped`.
+    Runs `opt.tx.update` on the gradient's tree (params only) and `optax.apply_updates`; buffers
+    are never seen by the transformation and never change. With `skip_nonfinite` (the default), a
+    gradient holding a NaN or inf changes no weight and no state, and counts in `opt.skipped`.
 
     Raises:
         OptimizerMismatchError, OptimizerKindError, GradShapeError, ModelShapeError: (E1201-E1204)
             naming what differs; checked when traced, never per compiled step.
     """
     _check(m, opt, g)
-    for transform in opt.transforms:
-        g = transform(g)
     params, rest = split_params(m)
-    lr = opt.lr(opt.step)
-    updates, state = opt.tx().update(g.tree, opt.state, params)
-    updates = jax.tree.map(lambda u: -lr * u, updates)
+    updates, state = opt.tx.update(g.tree, opt.state, params)
     new_params = optax.apply_updates(params, updates)
-    if opt.skip_nonfinite:
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(g.tree)]))
-        new_params = jax.tree.map(lambda new, old: jnp.where(finite, new, old), new_params, params)
-        state = jax.tree.map(lambda new, old: jnp.where(finite, new, old), state, opt.state)
-        skipped = opt.skipped + jnp.where(finite, 0, 1).astype(jnp.int32)
-    else:
-        skipped = opt.skipped
-    new_opt = eqx.tree_at(lambda o: (o.state, o.skipped), opt, (state, skipped))
+    took = state.last_finite.astype(jnp.int32) if opt.skip_nonfinite else 1  # skipped: 0
+    new_opt = eqx.tree_at(lambda o: (o.state, o.step), opt, (state, opt.step + took))
     return eqx.combine(new_params, rest), new_opt
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def averaged(m: Model, opt: Optimizer) -> Model:
+    """The moving average of `m`'s params that `opt` keeps (built with `ema=DECAY`), with `m`'s
+    buffers: a model of the same class, e.g. to evaluate or save.
+
+    Example:
+        >>> opt = optim.adamw(m, lr=3e-3, ema=0.999)
+        >>> ...  # train
+        >>> sm.save("spotter-ema.safetensors", optim.averaged(m, opt))
+
+    Raises:
+        OptionConflictError: (E1207) if `opt` keeps no average.
+        OptimizerMismatchError: (E1201) if `opt` is for another model class.
+    """
+    if not isinstance(opt, Optimizer):
+        raise OptimizerKindError(
+            f"averaged(m, opt) needs a shapeml optimizer, got {type(opt).__name__}",
+            fix="build it with ema=: optim.adamw(m, lr=..., ema=0.999)",
+        )
+    if type(m) is not opt.model_class:
+        raise OptimizerMismatchError(
+            f"`{type(opt).__name__}` averages a `{opt.model_class.__name__}`, but was given a "
+            f"`{type(m).__name__}`",
+            fix="pass the model the optimizer trains",
+        )
+    if opt.ema is None:
+        raise OptionConflictError(
+            f"`{type(opt).__name__}` keeps no moving average of the weights",
+            fix=f"build it with ema=DECAY: optim.{opt.kind}(m, ..., ema=0.999)",
+        )
+    layers = split(opt.state, opt.skip_nonfinite, opt.accumulate, opt.ema)
+    _, rest = split_params(m)
+    return eqx.combine(layers.average.ema, rest)

@@ -11,6 +11,7 @@ import dataclasses
 import itertools
 import math
 import os
+import typing
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._errors import ArgumentError, ShapemlError
+from .._validate import instance, integer
 from ..models import Model, params
-from ..optim import Optimizer, load_checkpoint, save_checkpoint
+from ..optim import Optimizer, averaged, load_checkpoint, save_checkpoint
+from ..optim._from_optax import reconfigure
 from ._step import TrainStep, make_mesh
 
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
@@ -47,11 +50,13 @@ or check the data for NaNs. Resume from the last good checkpoint with `resume=Tr
 
 @dataclasses.dataclass
 class TrainResult:
-    """What `train` returns: the final model and optimizer, and the logged history."""
+    """What `train` returns: the final model and optimizer, the logged history, and with
+    `ema=` the moving average of the weights (a model of the same class)."""
 
     model: Model
     opt: Optimizer
     history: list[dict[str, Any]]
+    ema: Model | None = None
 
     @property
     def skipped(self) -> int:
@@ -59,6 +64,7 @@ class TrainResult:
         return int(self.opt.skipped)
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def train(
     loss: Callable,
     model: Model,
@@ -75,6 +81,8 @@ def train(
     resume: bool = False,
     devices: int | None = None,
     progress: bool = True,
+    accumulate: int = 1,
+    ema: float | None = None,
 ) -> TrainResult:
     """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
 
@@ -83,7 +91,8 @@ def train(
             (those metrics show in the progress bar, e.g. accuracy).
         model, opt: the model and its optimizer (`optim.adamw(model, ...)`).
         data: an iterator of batch tuples (e.g. `shapeml.data.batches(x, y, batch_size=64)`).
-        steps: total steps, counting those already done when resuming.
+        steps: total optimizer updates, counting those already done when resuming (each takes
+            `accumulate` batches).
         log_every: steps between loss checks and progress-bar updates.
         eval_fn: `eval_fn(model) -> {name: value}`, run every `eval_every` steps and at the end.
         checkpoint: a path for `save_checkpoint`, written every `checkpoint_every` steps (if > 0)
@@ -92,11 +101,30 @@ def train(
             the batches already used, so a resumed run equals an uninterrupted one).
         devices: shard each batch across this many devices (data parallel; params replicated).
         progress: show a tqdm progress bar (loss, metrics, skipped steps, steps/s).
+        accumulate: average the gradients of this many batches per update (`optax.MultiSteps`);
+            1 keeps the optimizer's own setting (`optim.adamw(m, ..., accumulate=N)`).
+        ema: keep a moving average of the weights with this decay (e.g. 0.999), updated after
+            each update and saved in checkpoints; returned as `TrainResult.ema`. None keeps the
+            optimizer's own setting.
 
     Raises:
         TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
+        ArgumentError, ArgumentTypeError: (E0002, E0003) for a bad count or flag, checked before
+            anything runs (`steps=-5` trains nothing and is refused).
+        OptionConflictError: (E1207) if `opt` was built with another `accumulate` or `ema`.
     """
-    done = 0
+    steps = integer("steps", steps, low=1)
+    log_every = integer("log_every", log_every, low=1)
+    eval_every = integer("eval_every", eval_every, low=0)
+    checkpoint_every = integer("checkpoint_every", checkpoint_every, low=0)
+    for name, flag in (("has_aux", has_aux), ("resume", resume), ("progress", progress)):
+        instance(name, flag, bool, "True or False")
+    instance("model", model, Model, "the sm.Model to train")
+    instance("opt", opt, Optimizer, "its optimizer, e.g. optim.adamw(model, lr=3e-3)")
+    accumulate = integer("accumulate", accumulate, low=1)
+    opt = reconfigure(model, opt, accumulate=None if accumulate == 1 else accumulate, ema=ema)
+    per_update = opt.accumulate
+    done = 0  # batches already used (gradients taken or skipped)
     if resume and checkpoint is not None and Path(checkpoint).exists():
         model, opt = load_checkpoint(checkpoint, type(model), like=opt)
         done = int(opt.step) + int(opt.skipped)
@@ -107,8 +135,14 @@ def train(
         pass  # fast-forward past the batches a resumed run already used
     history: list[dict[str, Any]] = []
     pending: list[tuple[int, Any]] = []
-    last_good: tuple[int, str] | None = (done, str(checkpoint)) if done else None
-    bar = tqdm(total=steps, initial=done, disable=not progress, unit="step", dynamic_ncols=True)
+    last_good: tuple[int, str] | None = (done // per_update, str(checkpoint)) if done else None
+    bar = tqdm(
+        total=steps,
+        initial=done // per_update,
+        disable=not progress,
+        unit="step",
+        dynamic_ncols=True,
+    )
 
     def flush(at: int) -> None:
         nonlocal pending
@@ -137,17 +171,19 @@ def train(
         )
         pending = []
 
-    for i in range(done, steps):
+    for i in range(done, steps * per_update):
         try:
             batch = next(batches)
         except StopIteration:
             raise ArgumentError(
-                f"the data ran out after {i} of {steps} steps; pass more batches "
+                f"the data ran out after {i} of {steps * per_update} batches; pass more batches "
                 "(e.g. batches(..., epochs=None))"
             ) from None
-        pending.append((i, step(*batch)))
+        pending.append((i // per_update, step(*batch)))
+        if (i + 1) % per_update:
+            continue  # the update of this group of batches is not complete yet
         bar.update(1)
-        at = i + 1
+        at = (i + 1) // per_update
         if at % log_every == 0 or at == steps:
             flush(at)
         if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
@@ -164,7 +200,9 @@ def train(
     if checkpoint is not None:
         check_finite_weights(step.model, steps, last_good)
         save_checkpoint(checkpoint, step.model, step.opt)
-    return TrainResult(step.model, step.opt, history)
+    final_opt = step.opt
+    average = averaged(step.model, final_opt) if final_opt.ema is not None else None
+    return TrainResult(step.model, final_opt, history, average)
 
 
 def _where(last_good: tuple[int, str] | None) -> str:

@@ -7,6 +7,7 @@ donation lets XLA update the weights and optimizer state in place.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Sequence
 
 import jax
@@ -16,8 +17,9 @@ import numpy as np
 from .. import _jax_internals as jxi
 from .._errors import ArgumentError
 from .._grad import value_and_grad
+from .._validate import instance
 from ..models import Model
-from ..optim import Optimizer, update
+from ..optim import Optimizer, averaged, update
 
 __all__ = ["TrainStep"]
 
@@ -25,11 +27,16 @@ __all__ = ["TrainStep"]
 class TrainStep:
     """A stateful shell around one pure compiled step: holds the current model and optimizer.
 
+    The optimizer's options work unchanged: with `accumulate=N` every N-th call applies an
+    update (`optax.MultiSteps`), with `ema=DECAY` `step.averaged` is the moving average of the
+    weights, and a non-finite gradient is skipped and counted in `step.opt.skipped`.
+
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
         >>> loss = step(img, y)          # updates step.model and step.opt in place on device
     """
 
+    @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(
         self,
         loss: Callable,
@@ -40,6 +47,8 @@ class TrainStep:
         mesh: jax.sharding.Mesh | None = None,
         data_axis: str = "data",
     ):
+        instance("model", model, Model, "the sm.Model to train")
+        instance("opt", opt, Optimizer, "its optimizer, e.g. optim.adamw(model, lr=3e-3)")
         self.loss = loss
         self.has_aux = has_aux
         # Copies: the step donates its buffers, and the caller's model must stay readable.
@@ -81,6 +90,12 @@ class TrainStep:
     @property
     def opt(self) -> Optimizer:
         return jax.tree.unflatten(self._opt_def, self._opt_leaves)
+
+    @property
+    def averaged(self) -> Model:
+        """The moving average of the weights (an optimizer built with `ema=`), a model of the
+        same class (E1207 if the optimizer keeps none)."""
+        return averaged(self.model, self.opt)
 
     def compiled_count(self) -> int:
         """How many distinct programs this step has compiled (1 in a healthy training run)."""

@@ -65,13 +65,15 @@ checked as arguments (E0002, E0003).
 class Transformer(Model):
     """The decoder's weights; per-layer weights are stacked along `L`."""
 
-    dims = Dims(V=32, T=64, D=32, H=4, F=64, L=2)
+    # The attention weights are spelled by heads (`H*Dh`, which is `D`) so that a rule table can
+    # split them by head: `sm.shard(m, mesh, {"H": "model"})`.
+    dims = Dims(V=32, T=64, D=32, H=4, F=64, L=2, Dh="D // H")
     embed: Float[Array, "V D"] = field(normal(std=0.3))
     pos: Float[Array, "T D"] = field(normal(std=0.1))
-    wq: Float[Array, "L D D"] = field(normal(std=0.15))
-    wk: Float[Array, "L D D"] = field(normal(std=0.15))
-    wv: Float[Array, "L D D"] = field(normal(std=0.15))
-    wo: Float[Array, "L D D"] = field(normal(std=0.15))
+    wq: Float[Array, "L D H*Dh"] = field(normal(std=0.15))
+    wk: Float[Array, "L D H*Dh"] = field(normal(std=0.15))
+    wv: Float[Array, "L D H*Dh"] = field(normal(std=0.15))
+    wo: Float[Array, "L H*Dh D"] = field(normal(std=0.15))
     w1: Float[Array, "L D F"] = field(normal(std=0.15))
     w2: Float[Array, "L F D"] = field(normal(std=0.1))
 
