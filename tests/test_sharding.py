@@ -492,3 +492,72 @@ def test_load_without_mesh_is_sm_load(tmp_path):
     )
     with pytest.raises(sm.ArgumentError, match="no mesh"):
         sharding.load(tmp_path / "m.safetensors", Spotter, rules={"D": "data"})
+
+
+TRAIN_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import jax, numpy as np
+    import shapeml as sm
+    from shapeml import cli, optim, sharding
+    from shapeml.apps.spotter_job import spotter_loss
+    from shapeml.data import batches, shapes
+    from shapeml.training import TrainStep, train
+    from shapeml.zoo.spotter import Spotter
+
+    img, y = shapes.draw(64, seed=0)
+    m = Spotter.init(seed=0)
+    rules = {"D": "data", "Dc": "model", "Dt": "model"}
+    mesh = sharding.make_mesh("data=2,model=2")
+    out = {}
+    runs = {}
+    for name, kw in {"one": {}, "mesh": {"mesh": mesh, "rules": rules}}.items():
+        opt = optim.sgd(m, lr=0.05, momentum=0.9)
+        r = train(spotter_loss, m, opt, batches(img, y, batch_size=16, seed=0), steps=6,
+                  has_aux=True, progress=False, **kw)
+        runs[name] = r
+    out["max_diff"] = max(
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+        for a, b in zip(jax.tree.leaves(runs["one"].model), jax.tree.leaves(runs["mesh"].model))
+    )
+    out["cw1_spec"] = list(runs["mesh"].model.cw1.sharding.spec)
+    step = TrainStep(spotter_loss, m, optim.adamw(m, lr=1e-3), has_aux=True, mesh=mesh,
+                     rules=rules)
+    for i in range(3):
+        step(img[16 * i : 16 * i + 16], y[16 * i : 16 * i + 16])
+    out["compiled"] = step.compiled_count()
+    out["opt_mu_spec"] = [
+        list(x.sharding.spec) for x in jax.tree.leaves(step.opt) if x.shape == m.cw1.shape
+    ][0]
+    out["cli"] = cli.main([
+        "train", "--steps", "4", "--train-size", "64", "--batch-size", "16", "--test-size", "16",
+        "--mesh", "data=2,model=2", "--shard", "Dc=model", "--accumulate", "2",
+        "--ema", "0.5", "--no-progress", "--out", "OUT",
+    ])
+    loaded = sm.load("OUT", Spotter)
+    out["saved_is_finite"] = all(bool(np.isfinite(np.asarray(x)).all()) for x in jax.tree.leaves(loaded))
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def test_train_on_a_mesh_by_rules_equals_one_device(tmp_path):
+    out_path = tmp_path / "spotter.safetensors"
+    env = dict(
+        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", TRAIN_SCRIPT.replace("OUT", str(out_path))],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = json.loads(proc.stdout.split("RESULT", 1)[1])
+    assert res["max_diff"] < 1e-5  # six steps on a 2x2 mesh (FSDP + TP) equal one device
+    assert res["cw1_spec"] == [None, "data", "model"]
+    assert res["opt_mu_spec"] == [None, "data", "model"]  # optimizer state placed like its param
+    assert res["compiled"] == 1
+    assert res["cli"] == 0 and res["saved_is_finite"]
+    assert "held-out accuracy" in proc.stdout

@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 
+import jax
+
+from . import sharding
 from ._errors import UnknownCodeError, errors_markdown, explain, registry
 from .apps._flags import (
     USAGE,
     CommandParser,
     UsageError,
+    before_the_run,
     count,
+    decay,
     input_file,
+    mesh_flag,
     one_line,
     output_file,
     positive_real,
+    rule_flag,
     run_guarded,
 )
 from .apps.int8_sort.cli import add_parser as add_int8_parser
 from .data.shapes import MAX_IMAGES
+from .sharding import parse_rules
 
 __all__ = ["main"]
 
@@ -42,6 +51,12 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _devices_asked(args: argparse.Namespace) -> int | None:
+    if args.mesh is not None:
+        return int(math.prod(args.mesh.values()))
+    return args.devices
+
+
 def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
     """JAX on CPU shows one device unless XLA_FLAGS asks for more before it starts, so a run
     with `--devices N` restarts itself once with the flag set (a no-op where devices exist)."""
@@ -56,6 +71,7 @@ def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
         os.execve(sys.executable, [sys.executable, "-m", "shapeml.cli", *argv], env)
 
 
+@before_the_run()
 def _check_train_flags(args: argparse.Namespace) -> None:
     """Everything a run needs, checked before it starts: no work is lost to a late mistake."""
     output_file(args.out, "--out")
@@ -64,10 +80,24 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             "--resume was given without --checkpoint", fix="pass --checkpoint PATH to resume from"
         )
+    if args.mesh is not None and args.devices is not None:
+        raise UsageError(
+            "--mesh and --devices were both given", fix="--devices N is --mesh data=N: pass one"
+        )
+    if args.shard and args.mesh is None:
+        raise UsageError("--shard was given without --mesh", fix="pass --mesh data=2,model=2 too")
     if args.batch_size > args.train_size:
         raise UsageError(
             f"--batch-size {args.batch_size} is larger than --train-size {args.train_size}",
             fix="pass a batch size at most the number of training images",
+        )
+    if args.mesh is not None:  # the rules against the Spotter's dims and the mesh's axes
+        from .zoo.spotter import Spotter
+
+        sharding.shardings(
+            jax.eval_shape(lambda: Spotter.init(seed=0)),
+            sharding.make_mesh(args.mesh),
+            parse_rules(args.shard or []),
         )
 
 
@@ -90,6 +120,10 @@ def _train(args: argparse.Namespace) -> int:
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
         progress=not args.no_progress,
+        accumulate=args.accumulate,
+        ema=args.ema,
+        mesh=None if args.mesh is None else ",".join(f"{k}={v}" for k, v in args.mesh.items()),
+        rules=parse_rules(args.shard) if args.shard else None,
     )
     last = next((h for h in reversed(result.history) if "loss" in h), {})
     print(
@@ -185,6 +219,36 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps between checkpoints (default 500)",
     )
     p.add_argument("--resume", action="store_true", help="resume from --checkpoint if it exists")
+    p.add_argument(
+        "--accumulate",
+        type=count(high=65_536),
+        default=1,
+        help="batches whose gradients are averaged per update (default 1)",
+    )
+    p.add_argument(
+        "--ema",
+        type=decay(),
+        default=None,
+        metavar="DECAY",
+        help="keep a moving average of the weights with this decay in [0, 1), e.g. 0.99; "
+        "it is what is evaluated and saved",
+    )
+    p.add_argument(
+        "--mesh",
+        type=mesh_flag(),
+        default=None,
+        metavar="AXES",
+        help="train on a device mesh, e.g. data=2,model=2 (the batch is split over `data`; "
+        "on CPU, host devices are made for it)",
+    )
+    p.add_argument(
+        "--shard",
+        action="append",
+        type=rule_flag(),
+        metavar="DIM=AXIS",
+        help="place every field's DIM on a mesh axis, e.g. --shard Dc=model (repeatable; "
+        "dims not named are replicated)",
+    )
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=_train)
 
@@ -212,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     if args.command == "train":
-        _restart_with_host_devices(args.devices, argv)
+        _restart_with_host_devices(_devices_asked(args), argv)
     return run_guarded(lambda: args.func(args))
 
 

@@ -8,6 +8,7 @@ exits with status 1. Flags are validated when parsed, so a bad value never start
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from collections.abc import Callable
@@ -19,10 +20,14 @@ from .._validate import integer, real
 
 __all__ = [
     "CommandParser",
+    "before_the_run",
     "NothingTrainedError",
     "OutputPathError",
     "UsageError",
     "count",
+    "decay",
+    "mesh_flag",
+    "rule_flag",
     "input_file",
     "one_line",
     "output_file",
@@ -122,6 +127,31 @@ def positive_real(*, allow_zero: bool = False) -> Callable[[str], float]:
     )
 
 
+def decay() -> Callable[[str], float]:
+    """A flag type: a decay rate in [0, 1) (`--ema 0.99`)."""
+    return _flag_type(
+        "decay", lambda t: real("value", _number(t, float), low=0.0, high=1.0, high_open=True)
+    )
+
+
+def mesh_flag() -> Callable[[str], dict[str, int]]:
+    """A flag type: named mesh axis sizes, `data=2,model=2`."""
+    from ..sharding import mesh_shape
+
+    return _flag_type("mesh", mesh_shape)
+
+
+def rule_flag() -> Callable[[str], str]:
+    """A flag type: one `DIM=AXIS[+AXIS]` rule (checked now, joined into a table later)."""
+    from ..sharding import parse_rules
+
+    def check(text: str) -> str:
+        parse_rules([text])
+        return text
+
+    return _flag_type("rule", check)
+
+
 def output_file(path: str | os.PathLike | None, flag: str) -> None:
     """Checks, before any work, that `path` can be written: its folder exists and is writable,
     and it is not itself a folder.
@@ -174,17 +204,26 @@ def one_line(e: ShapemlError) -> str:
     return f"error: [{e.code}] {e.message}" + (f" (help: {fix})" if fix else "")
 
 
+@contextlib.contextmanager
+def before_the_run():
+    """Marks the checks a command makes before its work: an error there is a usage mistake
+    (exit status 2) whatever its code, since nothing has run yet."""
+    try:
+        yield
+    except ShapemlError as e:
+        e.usage = True
+        raise
+
+
 def run_guarded(run: Callable[[], int]) -> int:
     """Runs a command: a shapeml error prints one coded line and returns exit status 1 (2 for a
     usage error found before the run), an interrupt returns 130; real bugs keep their traceback."""
     try:
         return run()
-    except (UsageError, OutputPathError, FileMissingError, FolderMissingError) as e:
-        print(one_line(e), file=sys.stderr)
-        return USAGE
     except ShapemlError as e:
         print(one_line(e), file=sys.stderr)
-        return FAILURE
+        usage = (UsageError, OutputPathError, FileMissingError, FolderMissingError)
+        return USAGE if isinstance(e, usage) or getattr(e, "usage", False) else FAILURE
     except KeyboardInterrupt:
         print("interrupted: nothing more was written", file=sys.stderr)
         return 130

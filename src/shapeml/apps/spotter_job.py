@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import optim
+from .. import optim, sharding
 from .._validate import integer, real
 from ..data import batches, shapes
 from ..models import load, save
@@ -76,10 +77,17 @@ def train_spotter(
     checkpoint_every: int = 500,
     resume: bool = False,
     progress: bool = True,
+    accumulate: int = 1,
+    ema: float | None = None,
+    mesh: str | None = None,
+    rules: Mapping[str, Any] | None = None,
 ) -> tuple[TrainResult, dict[str, Any]]:
     """Trains a Spotter on generated shapes with AdamW (warmup + cosine, clipping, NaN skipping).
 
-    Returns the training result and the held-out evaluation; saves the model to `out`.
+    Returns the training result and the held-out evaluation; saves the model to `out`. With
+    `accumulate=N` each update averages N batches; with `ema=DECAY` the moving average of the
+    weights is what is evaluated and saved; with `mesh="data=2,model=2"` the batch is split over
+    `data` and the fields are placed by `rules` (e.g. `{"Dc": "model"}`).
 
     Raises:
         ArgumentError, ArgumentTypeError: (E0002, E0003) for a bad argument, before any work.
@@ -93,6 +101,9 @@ def train_spotter(
     lr = real("lr", lr, low=0.0, low_open=True)
     clip = real("clip", clip, low=0.0, low_open=True)
     seed = integer("seed", seed, low=0)
+    if mesh is not None:
+        mesh = sharding.make_mesh(mesh)
+        sharding.partition_specs(Spotter.init(seed=seed), rules or {})  # rules checked first
     img, y = shapes.draw(train_size, seed=seed)
     m = Spotter.init(seed=seed)
     schedule = optim.warmup(warmup, optim.cosine(lr, max(steps - warmup, 1)))
@@ -109,16 +120,21 @@ def train_spotter(
         resume=resume,
         devices=devices,
         progress=progress,
+        accumulate=accumulate,
+        ema=ema,
+        mesh=mesh,
+        rules=rules,
     )
-    if result.skipped >= steps:
+    if int(result.opt.step) == 0:  # counts the gradients applied, not the skipped ones
         raise NothingTrainedError(
-            f"all {steps} steps had non-finite gradients and were skipped; "
+            f"every one of the {steps} steps had non-finite gradients and was skipped; "
             + (f"{str(out)!r} was left as it was" if out is not None else "nothing was saved"),
             fix="lower the learning rate (--lr) or the clip (--clip) and run again",
         )
+    final = result.model if ema is None else result.ema
     if out is not None:
-        save(out, result.model)
-    return result, evaluate_spotter(result.model, test_size)
+        save(out, final)
+    return result, evaluate_spotter(final, test_size)
 
 
 def evaluate_file(path: str | os.PathLike, n: int = 2000) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import itertools
 import math
 import os
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +83,8 @@ def train(
     progress: bool = True,
     accumulate: int = 1,
     ema: float | None = None,
+    mesh: jax.sharding.Mesh | None = None,
+    rules: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
 
@@ -106,6 +108,9 @@ def train(
         ema: keep a moving average of the weights with this decay (e.g. 0.999), updated after
             each update and saved in checkpoints; returned as `TrainResult.ema`. None keeps the
             optimizer's own setting.
+        mesh, rules: train on a device mesh: the batch split over its `data` axis, params and
+            optimizer state placed by `rules` (dim name -> mesh axis, as for `sm.shard`), e.g.
+            `mesh=sharding.make_mesh("data=2,model=2"), rules={"F": "model"}`. Not with `devices`.
 
     Raises:
         TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
@@ -128,8 +133,14 @@ def train(
     if resume and checkpoint is not None and Path(checkpoint).exists():
         model, opt = load_checkpoint(checkpoint, type(model), like=opt)
         done = int(opt.step) + int(opt.skipped)
-    mesh = make_mesh(devices) if devices else None
-    step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh)
+    if devices and mesh is not None:
+        raise ArgumentError(
+            "train(..., devices=, mesh=) got both; `devices=N` is a 1-D data-parallel mesh",
+            fix="pass mesh= (with rules=) or devices=, not both",
+        )
+    if devices:
+        mesh = make_mesh(integer("devices", devices, low=1))
+    step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules)
     batches = iter(data)
     for _ in itertools.islice(batches, done):
         pass  # fast-forward past the batches a resumed run already used

@@ -8,13 +8,15 @@ donation lets XLA update the weights and optimizer state in place.
 from __future__ import annotations
 
 import typing
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as jxi
+from .. import sharding
 from .._errors import ArgumentError
 from .._grad import value_and_grad
 from .._validate import instance
@@ -31,6 +33,11 @@ class TrainStep:
     update (`optax.MultiSteps`), with `ema=DECAY` `step.averaged` is the moving average of the
     weights, and a non-finite gradient is skipped and counted in `step.opt.skipped`.
 
+    With `mesh`, each batch is split over its `data_axis` and the params and optimizer state are
+    placed by `rules` (dim name -> mesh axis, as for `sm.shard`; none given: replicated), so one
+    rule table is data parallelism, FSDP or tensor parallelism. The layout never changes between
+    steps: one compile.
+
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
         >>> loss = step(img, y)          # updates step.model and step.opt in place on device
@@ -45,6 +52,7 @@ class TrainStep:
         *,
         has_aux: bool = False,
         mesh: jax.sharding.Mesh | None = None,
+        rules: Mapping[str, Any] | None = None,
         data_axis: str = "data",
     ):
         instance("model", model, Model, "the sm.Model to train")
@@ -56,12 +64,18 @@ class TrainStep:
         self._opt_leaves, self._opt_def = jax.tree.flatten(jax.tree.map(jnp.copy, opt))
         self.mesh = mesh
         self._data_axis = data_axis
+        out_shardings = None
         if mesh is not None:
-            replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
-            self._model_leaves = jax.device_put(self._model_leaves, replicated)
-            self._opt_leaves = jax.device_put(self._opt_leaves, replicated)
-            self._batch_sharding = jax.sharding.NamedSharding(
-                mesh, jax.sharding.PartitionSpec(data_axis)
+            batch_axis = data_axis if data_axis in mesh.shape else None
+            s = sharding.step_shardings(model, opt, mesh, rules or {}, batch_axis=batch_axis)
+            out_shardings = (jax.tree.leaves(s.model), jax.tree.leaves(s.opt), s.replicated)
+            self._model_leaves = jax.device_put(self._model_leaves, out_shardings[0])
+            self._opt_leaves = jax.device_put(self._opt_leaves, out_shardings[1])
+            self._batch_sharding = s.batch
+        elif rules is not None:
+            raise ArgumentError(
+                "TrainStep(..., rules=...) was given rules but no mesh to place the fields on",
+                fix="pass mesh= too, e.g. TrainStep(loss, m, opt, mesh=mesh, rules=rules)",
             )
         model_def, opt_def = self._model_def, self._opt_def
 
@@ -72,7 +86,7 @@ class TrainStep:
             m, o = update(m, o, g)
             return jax.tree.leaves(m), jax.tree.leaves(o), value
 
-        self._step = jax.jit(step, donate_argnums=(0, 1))
+        self._step = jax.jit(step, donate_argnums=(0, 1), out_shardings=out_shardings)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device."""
