@@ -9,6 +9,7 @@ from . import data as data
 from . import hoisting as hoisting
 from . import int8 as int8
 from . import models as models
+from . import nn as nn
 from . import optim as optim
 from . import sharding as sharding
 from . import state as state
@@ -81,6 +82,7 @@ __all__ = [
     "partition_specs",
     "shard",
     "sharding",
+    "nn",
     "load_checkpoint",
     "load_exported",
     "Model",

@@ -1,0 +1,43 @@
+"""Layers as `sm.Model`s in named dims: each a typed value with a shape-checked forward.
+
+Compose them with `sm.submodel` / `sm.submodels`; `Layer.of(...)` maps a layer's dims to the
+parent's names (`nn.Linear.of(In="D", Out="F")`) and sets its options.
+"""
+
+from ._attention import MultiHeadAttention as MultiHeadAttention
+from ._batchnorm import BatchNorm as BatchNorm
+from ._batchnorm import take_buffers as take_buffers
+from ._conv import Conv2d as Conv2d
+from ._dropout import Dropout as Dropout
+from ._embedding import Embedding as Embedding
+from ._errors import LayerDimsError as LayerDimsError
+from ._errors import LayerInputError as LayerInputError
+from ._errors import LayerOptionError as LayerOptionError
+from ._init import fan_in as fan_in
+from ._layer import Layer as Layer
+from ._linear import Linear as Linear
+from ._mlp import MLP as MLP
+from ._norms import LayerNorm as LayerNorm
+from ._norms import RMSNorm as RMSNorm
+from ._pool import AvgPool2d as AvgPool2d
+from ._pool import MaxPool2d as MaxPool2d
+
+__all__ = [
+    "AvgPool2d",
+    "BatchNorm",
+    "Conv2d",
+    "Dropout",
+    "Embedding",
+    "Layer",
+    "LayerDimsError",
+    "LayerInputError",
+    "LayerNorm",
+    "LayerOptionError",
+    "Linear",
+    "MLP",
+    "MaxPool2d",
+    "MultiHeadAttention",
+    "RMSNorm",
+    "fan_in",
+    "take_buffers",
+]

@@ -1,0 +1,202 @@
+"""`nn.MultiHeadAttention`: `H` heads of width `K = D // H`, optionally causal, with rotary,
+learned or no positions, over a whole sequence (`__call__`) or incrementally against the library's
+`KVCache` (`step`, a prefill or one decode step)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jaxtyping import Array, Bool, Float, Int
+
+from ..models import Dims, normal, param, static, submodel
+from ..state import KVCache, check_index
+from ._errors import LayerDimsError, LayerInputError, LayerOptionError
+from ._layer import Layer, shaped_forward
+from ._linear import Linear
+from ._rotary import rotate
+
+__all__ = ["MultiHeadAttention"]
+
+_POSITIONS = ("none", "rotary", "learned")
+
+
+class MultiHeadAttention(Layer):
+    """Multi-head self-attention, `[b t D] -> [b t D]`.
+
+    Dims: `D` (width), `H` (heads), `K = D // H` (head width), `T` (context: the length of the
+    learned position table and of a cache from `new_cache`). Sub-models: `q`, `k`, `v`, `o`, each
+    a bias-free `Linear` `D -> D`. Options: `causal` (default False: every position sees every
+    other), `positions`: `"none"` (the default), `"rotary"` (RoPE on queries and keys), or
+    `"learned"` (a table `pos [T D]` added to the input of the query and key projections, not of
+    the values, as in Shortformer's position-infused attention).
+
+    Example:
+        >>> class Block(sm.Model):
+        ...     dims = sm.Dims(D=64, H=4, T=128)
+        ...     attn: nn.MultiHeadAttention = sm.submodel(
+        ...         nn.MultiHeadAttention.of(causal=True, positions="rotary"))
+        >>> y = block.attn(x)                                   # x [b t D], t <= T
+        >>> cache = block.attn.new_cache(batch=b)
+        >>> y, cache = block.attn.step(x[:, :1], cache, 0, 0)   # decode position 0
+    """
+
+    dims = Dims(D=64, H=4, K="D // H", T=128)
+    q: Linear = submodel(Linear.of(In="D", Out="D", bias=False))
+    k: Linear = submodel(Linear.of(In="D", Out="D", bias=False))
+    v: Linear = submodel(Linear.of(In="D", Out="D", bias=False))
+    o: Linear = submodel(Linear.of(In="D", Out="D", bias=False))
+    causal: bool = static(default=False)
+    positions: str = static(default="none")
+    _variant_options = {"positions": _POSITIONS}
+
+    @classmethod
+    def _variant(cls, **variant: Any) -> type:
+        learned = variant.get("positions") == "learned"
+        if learned == issubclass(cls, _Learned):
+            return cls
+        return _Learned if learned else MultiHeadAttention
+
+    @classmethod
+    def _check(cls, dims, options) -> None:
+        if not isinstance(options["causal"], bool):
+            raise LayerOptionError(
+                f"`MultiHeadAttention` causal is {options['causal']!r}; it must be True or False",
+                fix="use `nn.MultiHeadAttention.of(causal=True)`",
+            )
+        pos = options["positions"]
+        if pos not in _POSITIONS or (pos == "learned") != issubclass(cls, _Learned):
+            raise LayerOptionError(
+                f"`MultiHeadAttention` positions is {pos!r} on the class `{cls.__name__}`; "
+                f"positions must be one of {', '.join(map(repr, _POSITIONS))}, set with `.of`",
+                fix='use `nn.MultiHeadAttention.of(positions="rotary")` (or "learned", "none")',
+            )
+        if dims is None:
+            return
+        d, h = dims["D"], dims["H"]
+        if h < 1 or d % h:
+            raise LayerDimsError(
+                f"`{cls.__name__}` has width D={d}, which H={h} heads do not divide",
+                fix=f"choose H dividing D (e.g. H={next(i for i in (8, 4, 2, 1) if d % i == 0)})",
+            )
+        if pos == "rotary" and dims["K"] % 2:
+            raise LayerDimsError(
+                f"`{cls.__name__}` uses rotary positions, which rotate pairs of a head's "
+                f"features, but its head width K = D // H = {dims['K']} is odd",
+                fix="choose D and H with an even D // H",
+            )
+
+    def __call__(
+        self, x: Float[Array, "b t D"], *, mask: Bool[Array, "t t"] | None = None
+    ) -> Float[Array, "b t D"]:
+        """Attention over the whole sequence `x [b t D]` (`mask [t t]`: which keys each query
+        sees, combined with the causal mask when `causal`)."""
+        return _attend_sequence(self, x, mask)
+
+    def step(
+        self,
+        x: Float[Array, "b n D"],
+        cache: KVCache,
+        layer: int | Int[Array, ""],
+        pos: int | Int[Array, ""],
+    ) -> tuple[Float[Array, "b n D"], KVCache]:
+        """Runs `n` new positions `pos .. pos + n - 1` against `cache` (layer `layer`).
+
+        Their keys and values are written into the cache, and each attends to every cached
+        position up to its own (always causal). `n` = the prompt at `pos = 0` is a prefill,
+        `n = 1` a decode step; `pos` may be traced (no recompile).
+
+        Returns:
+            `(y [b n D], cache)`, the cache now holding the new positions.
+
+        Raises:
+            StateIndexError: (E1401) if `pos + n` exceeds the cache (or `T`, with learned
+                positions) or `pos < 0`.
+            LayerInputError: (E1803) if the cache has other heads or head width.
+        """
+        return _attend_cached(self, x, cache, layer, pos)
+
+    def new_cache(self, *, layers: int = 1, batch: int = 1, ctx: int | None = None) -> KVCache:
+        """An empty `KVCache` for this attention: `layers` x `batch` x `ctx` (default `T`)
+        positions of `H` heads of width `K`, in the weights' dtype."""
+        d = self.dims
+        ctx = d.T if ctx is None else ctx
+        return KVCache(layers, ctx, d.H, d.K, self.q.w.dtype, batch=batch, name="attention cache")
+
+
+class _Learned(MultiHeadAttention):
+    """Attention with a learned position table `pos [T D]` (`positions="learned"`)."""
+
+    pos: Float[Array, "T D"] = param(normal(std=0.02))
+    positions: str = static(default="learned")
+
+
+def _project(m: MultiHeadAttention, x, offset):
+    """Queries, keys and values `[b t H K]` of `x [b t D]` at positions `offset + i`."""
+    b, t, _ = x.shape
+    d = m.dims
+    xqk = x
+    if isinstance(m, _Learned):
+        xqk = x + lax.dynamic_slice_in_dim(m.pos, offset, t)[None].astype(x.dtype)
+    q = m.q(xqk).reshape(b, t, d.H, d.K)
+    k = m.k(xqk).reshape(b, t, d.H, d.K)
+    v = m.v(x).reshape(b, t, d.H, d.K)
+    if m.positions == "rotary":
+        positions = offset + jnp.arange(t)
+        q, k = rotate(q, positions), rotate(k, positions)
+    return q, k, v
+
+
+def _mix(m: MultiHeadAttention, q, k, v, mask):
+    """Softmax attention of `q [b n H K]` over `k, v [b s H K]` where `mask [n s]`, projected."""
+    b, n = q.shape[:2]
+    scores = jnp.einsum("bnhk,bshk->bhns", q, k) / math.sqrt(m.dims.K)
+    if mask is not None:
+        scores = jnp.where(mask[None, None], scores, jnp.finfo(scores.dtype).min)
+    p = jax.nn.softmax(scores, axis=-1)
+    return m.o(jnp.einsum("bhns,bshk->bnhk", p, v).reshape(b, n, m.dims.D))
+
+
+@shaped_forward
+def _attend_sequence(
+    m: MultiHeadAttention, x: Float[Array, "b t D"], mask: Bool[Array, "t t"] | None
+) -> Float[Array, "b t D"]:
+    t = x.shape[1]
+    if isinstance(m, _Learned) and t > m.dims.T:
+        raise LayerInputError(
+            f"a sequence of {t} positions is longer than the position table T={m.dims.T}",
+            fix=f"pass at most {m.dims.T} positions, or build the layer with T >= {t}",
+        )
+    q, k, v = _project(m, x, 0)
+    if m.causal:
+        causal = jnp.tril(jnp.ones((t, t), bool))
+        mask = causal if mask is None else mask & causal
+    return _mix(m, q, k, v, mask)
+
+
+@shaped_forward
+def _attend_cached(
+    m: MultiHeadAttention,
+    x: Float[Array, "b n D"],
+    cache: KVCache,
+    layer: int | Int[Array, ""],
+    pos: int | Int[Array, ""],
+) -> tuple[Float[Array, "b n D"], KVCache]:
+    d = m.dims
+    if (cache.heads, cache.head_dim) != (d.H, d.K):
+        raise LayerInputError(
+            f"the cache holds {cache.heads} heads of width {cache.head_dim}, but the attention "
+            f"has H={d.H} heads of width K={d.K}",
+            fix="make the cache with `attn.new_cache(layers=..., batch=...)`",
+        )
+    n = x.shape[1]
+    if isinstance(m, _Learned):
+        # The table has T rows: a position past it is an index error, never a clamped read.
+        pos = check_index(pos, d.T, what=f"positions of the table T={d.T}", extent=n)
+    q, k, v = _project(m, x, pos)
+    cache = cache.write(layer, pos, k.astype(cache.k.dtype), v.astype(cache.v.dtype))
+    keys, values, mask = cache.read(layer, pos, n)
+    return _mix(m, q, keys.astype(q.dtype), values.astype(q.dtype), mask), cache

@@ -1,0 +1,58 @@
+"""`nn.Embedding`: a table of `V` vectors of width `D`, looked up by token id; `logits` ties a
+head to it (`x @ w.T`)."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from .. import _jax_internals as jxi
+from ..models import Dims, param
+from ._errors import LayerInputError
+from ._init import fan_in
+from ._layer import Layer, shaped_forward
+
+__all__ = ["Embedding"]
+
+
+class Embedding(Layer):
+    """A lookup table: `w [V D]`, drawn with `nn.fan_in(axes=(1,))` (std `1 / sqrt(D)`).
+
+    Example:
+        >>> emb = nn.Embedding.init(seed=0, V=100, D=32)
+        >>> x = emb(jnp.array([[1, 2, 3]]))       # [1 3 32]
+        >>> logits = emb.logits(x)                # [1 3 100]: a head tied to the table
+    """
+
+    dims = Dims(V=256, D=32)
+    w: Float[Array, "V D"] = param(fan_in(axes=(1,)))
+
+    def __call__(self, ids: Int[Array, "*b"]) -> Float[Array, "*b D"]:
+        """The rows of `ids`: `[*b] -> [*b D]`. Concrete ids outside `0 .. V-1` raise E1803."""
+        return _embed(self, ids)
+
+    def logits(self, x: Float[Array, "*b D"]) -> Float[Array, "*b V"]:
+        """`x @ w.T`: the scores of every token, a head tied to the table."""
+        return _logits(self, x)
+
+
+@shaped_forward
+def _embed(m: Embedding, ids: Int[Array, "*b"]) -> Float[Array, "*b D"]:
+    v = m.dims.V
+    if not jxi.is_tracer(ids):
+        arr = np.asarray(ids)
+        if arr.size and (arr.min() < 0 or arr.max() >= v):
+            bad = int(arr.min()) if arr.min() < 0 else int(arr.max())
+            raise LayerInputError(
+                f"token id {bad} is outside the vocabulary of V={v} ids",
+                fix=f"pass ids in 0..{v - 1}",
+            )
+    # Ids traced inside a user's jit cannot be checked on the host: a bad one reads NaN, never a
+    # clamped row that would pass for a real token.
+    return jnp.take(m.w, ids, axis=0, mode="fill", fill_value=jnp.nan)
+
+
+@shaped_forward
+def _logits(m: Embedding, x: Float[Array, "*b D"]) -> Float[Array, "*b V"]:
+    return x @ m.w.T
