@@ -99,3 +99,13 @@ def test_contract_reports_a_body_that_fails_on_annotated_shapes():
         "`test_contract_reports_a_body_that_fails_on_annotated_shapes.<locals>.bad` fails at b=2"
         in str(e.value)
     )
+
+
+def test_library_functions_check_model_dims_under_the_jaxtyping_hook():
+    # The suite runs with jaxtyping's import hook on shapeml, which wraps every function of the
+    # package in its own shape memo; `sm.shaped` must still bind the model's dims (S=16 here).
+    from shapeml.zoo import spotter
+
+    m = spotter.Spotter.init(seed=0)
+    with pytest.raises(sm.ShapemlError, match="E1001"):
+        spotter.forward(m, jnp.zeros((2, 1, 8, 8), jnp.uint8))

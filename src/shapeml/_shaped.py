@@ -98,6 +98,20 @@ def _stand_ins(models: list[Model]) -> list[tuple[np.ndarray, type]]:
     return out
 
 
+def _is_jaxtyping_wrapper(f) -> bool:
+    code = getattr(f, "__code__", None)
+    return code is not None and "jaxtyping" in code.co_filename and hasattr(f, "__wrapped__")
+
+
+def _without_jaxtyping_hook(fn):
+    """`fn` without the wrapper jaxtyping's import hook adds (pytest `--jaxtyping-packages`).
+
+    That wrapper opens its own shape memo inside the one `shaped` binds the model's dims in, so
+    a wrong dim would pass unchecked; `shaped` does that wrapper's checks itself.
+    """
+    return inspect.unwrap(fn, stop=lambda f: not _is_jaxtyping_wrapper(f))
+
+
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
@@ -120,6 +134,7 @@ def shaped(fn: F) -> F:
             fix="put @sm.shaped on a def",
         )
     qual = getattr(fn, "__qualname__", None) or type(fn).__name__
+    fn = _without_jaxtyping_hook(fn)
     try:
         checked = beartype(fn)
         sig = inspect.signature(fn)

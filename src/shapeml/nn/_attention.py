@@ -12,10 +12,11 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
+from .._shaped import shaped
 from ..models import Dims, normal, param, static, submodel
 from ..state import KVCache, check_index
 from ._errors import LayerDimsError, LayerInputError, LayerOptionError
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 from ._linear import Linear
 from ._rotary import rotate
 
@@ -160,7 +161,7 @@ def _mix(m: MultiHeadAttention, q, k, v, mask):
     return m.o(jnp.einsum("bhns,bshk->bnhk", p, v).reshape(b, n, m.dims.D))
 
 
-@shaped_forward
+@shaped
 def _attend_sequence(
     m: MultiHeadAttention, x: Float[Array, "b t D"], mask: Bool[Array, "t t"] | None
 ) -> Float[Array, "b t D"]:
@@ -177,7 +178,7 @@ def _attend_sequence(
     return _mix(m, q, k, v, mask)
 
 
-@shaped_forward
+@shaped
 def _attend_cached(
     m: MultiHeadAttention,
     x: Float[Array, "b n D"],

@@ -7,10 +7,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .._errors import ArgumentTypeError
+from .._shaped import shaped
 from .._validate import real
 from ..models import Dims, Model, buffer, ones, param, static, zeros
 from ._errors import LayerInputError, LayerOptionError
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["BatchNorm", "take_buffers"]
 
@@ -56,7 +57,7 @@ class BatchNorm(Layer):
         return _batch_norm(self, x, train)
 
 
-@shaped_forward
+@shaped
 def _batch_norm(
     m: BatchNorm, x: Float[Array, "b C *s"], train: bool
 ) -> tuple[Float[Array, "b C *s"], BatchNorm]:

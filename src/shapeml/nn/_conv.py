@@ -9,11 +9,12 @@ from typing import Any
 from jax import lax
 from jaxtyping import Array, Float
 
+from .._shaped import shaped
 from .._validate import shorten
 from ..models import Dims, param, static, zeros
 from ._errors import LayerInputError, LayerOptionError
 from ._init import fan_in
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["Conv2d", "check_window"]
 
@@ -72,7 +73,7 @@ class Conv2d(Layer):
         return _conv(self, x)
 
 
-@shaped_forward
+@shaped
 def _conv(m: Conv2d, x: Float[Array, "b Ci h w"]) -> Float[Array, "b Co oh ow"]:
     k, s, p = m.dims.K, m.stride, m.padding
     for n, axis in ((x.shape[2], "height"), (x.shape[3], "width")):

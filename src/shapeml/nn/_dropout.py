@@ -7,9 +7,10 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
+from .._shaped import shaped
 from ..models import static
 from ._errors import LayerOptionError
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["Dropout"]
 
@@ -41,7 +42,7 @@ class Dropout(Layer):
         return _dropout(self, x, key)
 
 
-@shaped_forward
+@shaped
 def _dropout(m: Dropout, x: Float[Array, "*s"], key: PRNGKeyArray | None) -> Float[Array, "*s"]:
     if key is None or m.rate == 0:
         return x

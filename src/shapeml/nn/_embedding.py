@@ -8,10 +8,11 @@ import numpy as np
 from jaxtyping import Array, Float, Int
 
 from .. import _jax_internals as jxi
+from .._shaped import shaped
 from ..models import Dims, param
 from ._errors import LayerInputError
 from ._init import fan_in
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["Embedding"]
 
@@ -37,7 +38,7 @@ class Embedding(Layer):
         return _logits(self, x)
 
 
-@shaped_forward
+@shaped
 def _embed(m: Embedding, ids: Int[Array, "*b"]) -> Float[Array, "*b D"]:
     v = m.dims.V
     if not jxi.is_tracer(ids):
@@ -53,6 +54,6 @@ def _embed(m: Embedding, ids: Int[Array, "*b"]) -> Float[Array, "*b D"]:
     return jnp.take(m.w, ids, axis=0, mode="fill", fill_value=jnp.nan)
 
 
-@shaped_forward
+@shaped
 def _logits(m: Embedding, x: Float[Array, "*b D"]) -> Float[Array, "*b V"]:
     return x @ m.w.T

@@ -10,18 +10,16 @@ forward keep using `In` and `Out`. The classes are cached, so the same call give
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from .._errors import similar
-from .._shaped import shaped
 from .._validate import shorten
 from ..models import Dims, Model, static
 from ..models._dims import names_in
 from ._errors import LayerDimsError, LayerOptionError
 
-__all__ = ["Layer", "shaped_forward"]
+__all__ = ["Layer"]
 
 _CLASSES: dict[tuple, type] = {}
 
@@ -152,13 +150,3 @@ def _renamed(owner: str, decl: Dims, renames: Mapping[str, Any]) -> Dims:
         decls[n] = target
     merged = {**new_free, **{n: decls.get(n, v) for n, v in own.items()}}
     return Dims(**merged)
-
-
-def shaped_forward(fn):
-    """`@sm.shaped` on `fn` itself, below any wrapper that jaxtyping's pytest import hook adds.
-
-    The hook wraps every function of shapeml in its own jaxtyped memo, innermost; `sm.shaped`
-    binds the model's dims in an outer memo, which that inner one would hide, so a wrong dim
-    would pass in the test suite. Unwrapping keeps one memo, with the model's dims bound.
-    """
-    return shaped(inspect.unwrap(fn))

@@ -6,9 +6,10 @@ from typing import Any
 
 from jaxtyping import Array, Float
 
+from .._shaped import shaped
 from ..models import Dims, param, zeros
 from ._init import fan_in
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["Linear"]
 
@@ -46,7 +47,7 @@ class Linear(_Weight):
         return cls if variant.get("bias", True) else _Weight
 
 
-@shaped_forward
+@shaped
 def _linear(m: _Weight, x: Float[Array, "*b In"]) -> Float[Array, "*b Out"]:
     y = x @ m.w
     if not isinstance(m, Linear):

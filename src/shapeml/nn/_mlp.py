@@ -5,10 +5,11 @@ from __future__ import annotations
 import jax
 from jaxtyping import Array, Float
 
+from .._shaped import shaped
 from .._validate import shorten
 from ..models import Dims, static, submodel
 from ._errors import LayerOptionError
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 from ._linear import Linear
 
 __all__ = ["MLP"]
@@ -51,6 +52,6 @@ class MLP(Layer):
         return _mlp(self, x)
 
 
-@shaped_forward
+@shaped
 def _mlp(m: MLP, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
     return m.down(_ACTIVATIONS[m.activation](m.up(x)))

@@ -8,10 +8,11 @@ from typing import Any
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from .._shaped import shaped
 from .._validate import real
 from ..models import Dims, ones, param, static, zeros
 from ._errors import LayerOptionError
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["LayerNorm", "RMSNorm"]
 
@@ -66,7 +67,7 @@ class RMSNorm(Layer):
         return _rms_norm(self, x)
 
 
-@shaped_forward
+@shaped
 def _layer_norm(m: LayerNorm, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
     mean = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
@@ -75,7 +76,7 @@ def _layer_norm(m: LayerNorm, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
     return y * m.scale.reshape(lead + m.scale.shape) + m.bias.reshape(lead + m.bias.shape)
 
 
-@shaped_forward
+@shaped
 def _rms_norm(m: RMSNorm, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
     ms = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
     lead = (1,) * (x.ndim - 1)

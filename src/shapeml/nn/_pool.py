@@ -6,9 +6,10 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Float
 
+from .._shaped import shaped
 from ..models import static
 from ._conv import check_window, out_size
-from ._layer import Layer, shaped_forward
+from ._layer import Layer
 
 __all__ = ["AvgPool2d", "MaxPool2d"]
 
@@ -45,7 +46,7 @@ class AvgPool2d(_Pool):
     """
 
 
-@shaped_forward
+@shaped
 def _pool(m: _Pool, x: Float[Array, "b c h w"]) -> Float[Array, "b c oh ow"]:
     w, p = m.window, m.padding
     s = w if m.stride is None else m.stride
