@@ -351,18 +351,26 @@ def test_valid_options_still_hoist():
 # --- the zoo ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dims", [{"D": 30, "H": 4}, {"H": 0}, {"D": 8, "H": 16}])
+@pytest.mark.parametrize("dims", [{"D": 30, "H": 4}, {"D": 8, "H": 16}])
 def test_transformer_heads_must_divide_the_width(dims):
     with pytest.raises(tr.TransformerDimsError, match="H must be at least 1 and divide D"):
         tr.Transformer.init(seed=0, **dims)
     TRIED["transformer dims"] += 1
 
 
+def test_zero_heads_is_refused_by_the_derived_head_width():
+    with pytest.raises(sm.ShapemlError, match=r"E0903[\s\S]*`D // H` divides by zero"):
+        tr.Transformer.init(seed=0, H=0)
+    TRIED["transformer dims"] += 1
+
+
 def test_the_transformer_constructor_checks_its_heads_too():
-    m = tr.Transformer.init(seed=0, D=30, H=5)  # fields do not depend on H
+    # The attention weights are spelled `L D H*Dh`: with H=4 heads of D // H = 7, a width-30
+    # model's [2 30 30] weights do not fit, and the constructor names each of them.
+    m = tr.Transformer.init(seed=0, D=30, H=5)
     fields = {name: getattr(m, name) for name in ("embed", "pos", "wq", "wk", "wv", "wo")}
     fields |= {"w1": m.w1, "w2": m.w2}
-    with pytest.raises(tr.TransformerDimsError, match="D=30 and H=4"):
+    with pytest.raises(sm.ShapemlError, match=r"E0902[\s\S]*wq: expected \[L D H\*Dh\]"):
         tr.Transformer(dims=tr.Transformer.dims.resolve(D=30, H=4), **fields)
     TRIED["transformer dims"] += 1
 
