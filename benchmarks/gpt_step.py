@@ -250,7 +250,7 @@ def same_validation_loss(steps: int = 100, b: int = 16, t: int = 64) -> None:
     from char_gpt import Corpus
 
     corpus = Corpus()
-    m = GPT.init(seed=0, T=t, **DIMS)
+    m = GPT.init(seed=0, T=t, **{**DIMS, "V": len(corpus.chars)})  # the text's own vocabulary
     runs = {"shapeml": shapeml_step(m, cosine=steps), "torch": TorchStep(m, cosine=steps)}
     for s in range(steps):
         tokens = corpus.batch("train", b, t + 1, 0, s)

@@ -36,8 +36,8 @@ def _tags(cell) -> list[str]:
     return list(cell.get("metadata", {}).get("tags", []))
 
 
-def test_there_are_six_chapters_each_with_solutions():
-    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+def test_there_are_seven_chapters_each_with_solutions():
+    assert [p.stem[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06", "07"]
     assert [p.stem for p in SOLUTIONS] == [p.stem for p in NOTEBOOKS]
     for path in NOTEBOOKS:
         nb = nbformat.read(path, as_version=4)
