@@ -144,6 +144,12 @@ def test_every_link_and_anchor_inside_the_site_resolves(site):
     assert not broken, "broken links:\n" + "\n".join(sorted(set(broken))[:40])
 
 
+# Starting Chromium forks a process that also runs JAX's threads; an at-fork hook of another
+# library complains about it, harmlessly, after the test has finished.
+_FORK_NOISE = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
+
+@_FORK_NOISE
 def test_the_site_works_in_headless_chromium(site):
     if check_site.find_chromium() is None:
         pytest.skip(
@@ -157,6 +163,7 @@ def test_the_site_works_in_headless_chromium(site):
     assert not problems, "\n".join(problems)
 
 
+@_FORK_NOISE
 def test_the_browser_check_catches_a_blank_page_a_broken_image_and_a_console_error(tmp_path):
     if check_site.find_chromium() is None:
         pytest.skip("Chromium is not installed (apt-get install chromium, or set CHROMIUM)")
