@@ -703,6 +703,10 @@ def test_seeds_take_64_bit_numpy_and_traced_ints():
     a = Net.init(seed=np.uint64(2**64 - 1))
     b = Net.init(seed=2**64 - 1)
     np.testing.assert_array_equal(a.emb, b.emb)
+    # the high 32 bits count: without x64, jax.random.key alone would keep only the low ones
+    c, d = Net.init(seed=2**32 + 5), Net.init(seed=5)
+    assert not np.array_equal(c.emb, d.emb)
+    np.testing.assert_array_equal(d.emb, Net.init(seed=np.int64(5)).emb)
     ens = jax.vmap(lambda s: Net.init(seed=s))(jnp.arange(2))
     assert ens.emb.shape == (2, 5, 4)
 

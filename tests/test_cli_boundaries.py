@@ -4,6 +4,9 @@ worse one."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -32,6 +35,7 @@ from shapeml.apps import spotter_job
         (["train", "--batch-size", "64", "--train-size", "10"], "larger than --train-size 10"),
         (["train", "--bogus"], "unrecognized arguments: --bogus"),
         (["train", "--accumulate", "0"], "--accumulate: the value is 0"),
+        (["train", "--out", "a.st", "--checkpoint", "./a.st"], "are the same file"),
         (["train", "--ema", "1.0"], "--ema: the value is 1.0"),
         (["train", "--ema", "nan"], "--ema: the value is nan"),
         (["train", "--mesh", "data=0"], "mesh axis `data` has size '0'"),
@@ -64,6 +68,19 @@ def test_output_paths_are_checked_before_the_run(tmp_path, capsys):
             assert _main(["train", flag, str(path)]) == 2
             err = capsys.readouterr().err
             assert "[E2102]" in err and why in err and "nothing was run" in err
+
+
+def test_a_batch_the_devices_do_not_divide_is_refused_before_the_run(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "shapeml.cli", "train", "--devices", "3", "--batch-size", "64"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert run.returncode == 2 and "[E2101]" in run.stderr
+    assert "does not split over 3 devices" in run.stderr and "Traceback" not in run.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_eval_of_a_missing_or_folder_path(tmp_path, capsys):

@@ -84,6 +84,7 @@ def test_embedding_and_tied_logits_match_numpy():
         m(jnp.array([10]))
     # a traced out-of-vocabulary id reads NaN, never a clamped row
     assert bool(jnp.all(jnp.isnan(jax.jit(m.__call__)(jnp.array([10])))))
+    assert bool(jnp.all(jnp.isnan(jax.jit(m.__call__)(jnp.array([-1])))))  # never the last row
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])

@@ -159,3 +159,9 @@ def test_a_step_carries_the_running_statistics_and_the_optimizer_never_touches_t
     np.testing.assert_array_equal(updated.bn.var, m.bn.var)
     with pytest.raises(sm.ShapemlError, match="E0003"):
         nn.take_buffers(m, m.bn)
+
+
+@pytest.mark.parametrize("pool", [nn.MaxPool2d, nn.AvgPool2d])
+def test_pool_padding_past_half_the_window_is_refused(pool):
+    with pytest.raises(sm.ShapemlError, match="E1802"):
+        pool.of(window=2, padding=2)

@@ -335,3 +335,13 @@ def test_a_state_that_does_not_fit_the_template_is_one_report_of_every_differenc
     text = str(e.value)
     assert "accumulate=2" in text and "accumulate=1" in text
     assert text.count("missing:") >= 3  # acc_grads, mini_step, the average: all listed at once
+
+
+def test_a_template_with_other_options_of_the_same_structure_is_refused(tmp_path):
+    m = Net.init()
+    path = sm.save_checkpoint(
+        tmp_path / "c.safetensors", m, optim.adamw(m, lr=0.1, accumulate=2, ema=0.9)
+    )
+    with pytest.raises(sm.ShapemlError, match=r"E1207[\s\S]*accumulate=2[\s\S]*accumulate=4"):
+        sm.load_checkpoint(path, Net, like=optim.adamw(m, lr=0.1, accumulate=4, ema=0.5))
+    sm.load_checkpoint(path, Net, like=optim.adamw(m, lr=0.1, accumulate=2, ema=0.9))

@@ -11,6 +11,7 @@ tensor, and warns (W1301) about non-finite values.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import typing
@@ -116,11 +117,6 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; saved files are meant to be shared
         os.replace(tmp, path)
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, OSError) and not isinstance(e, ShapemlError):
@@ -128,6 +124,14 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
         raise
     finally:
         track(tmp, False)
+    # The new file is in place: syncing the folder makes the rename durable, and a folder that
+    # cannot be synced (some filesystems) must not report the finished save as failed.
+    with contextlib.suppress(OSError):
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     return path
 
 

@@ -138,6 +138,11 @@ def _entry(name: str, raw: Any, body: int) -> Entry:
     return Entry(name, DTYPES[dtype], tuple(shape), begin, end)
 
 
+# As many tensors as a model may hold (models/_limits.py counts fields with the same cap): a
+# header listing more is refused before its entries are built.
+MAX_ENTRIES = 2**17
+
+
 def parse_header(raw: bytes, body: int) -> tuple[list[Entry], dict[str, str]]:
     """Checks a header's JSON against a body of `body` bytes: `(entries by offset, metadata)`.
 
@@ -155,6 +160,8 @@ def parse_header(raw: bytes, body: int) -> tuple[list[Entry], dict[str, str]]:
         raise HeaderError("its header is not JSON") from None
     if not isinstance(header, dict):
         raise HeaderError("its header is not a JSON object")
+    if len(header) > MAX_ENTRIES + 1:  # checked before any entry is built or compared
+        raise HeaderError(f"its header lists {len(header):,} tensors, more than {MAX_ENTRIES:,}")
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
         raise HeaderError("its metadata is not a map of strings")

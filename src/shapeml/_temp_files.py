@@ -32,7 +32,8 @@ def _stem(name: str) -> str:
     # unique, so the temp's name always fits.
     if len(name.encode()) <= 150:
         return name
-    return name[:100] + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
+    cut = name.encode()[:100].decode("utf-8", "ignore")  # bytes, not characters, are limited
+    return cut + "~" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def temp_prefix(path: Path) -> str:
@@ -42,10 +43,11 @@ def temp_prefix(path: Path) -> str:
 
 def track(tmp: str, writing: bool) -> None:
     """Marks a temp of this process as being written (or no longer)."""
+    key = os.path.abspath(tmp)  # mkstemp's name may be absolute where the target's is relative
     if writing:
-        _IN_FLIGHT.add(tmp)
+        _IN_FLIGHT.add(key)
     else:
-        _IN_FLIGHT.discard(tmp)
+        _IN_FLIGHT.discard(key)
 
 
 def _running(pid: int) -> bool:
@@ -66,7 +68,7 @@ def _stale(entry: str, stem: str, legacy: re.Pattern[str], folder: Path) -> bool
         if tail is None or tail[1] != _HOST:
             return False
         if int(tail[2]) == os.getpid():
-            return str(folder / entry) not in _IN_FLIGHT
+            return os.path.abspath(folder / entry) not in _IN_FLIGHT
         return not _running(int(tail[2]))
     if legacy.fullmatch(entry):
         try:

@@ -6,6 +6,7 @@ import argparse
 import math
 import os
 import sys
+from pathlib import Path
 
 import jax
 
@@ -76,6 +77,12 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     """Everything a run needs, checked before it starts: no work is lost to a late mistake."""
     output_file(args.out, "--out")
     output_file(args.checkpoint, "--checkpoint")
+    if args.out and args.checkpoint and Path(args.out).resolve() == Path(args.checkpoint).resolve():
+        raise UsageError(
+            f"--out and --checkpoint are the same file {args.out!r}: the model would overwrite "
+            "the checkpoint and its optimizer state",
+            fix="pass two different paths",
+        )
     if args.resume and not args.checkpoint:
         raise UsageError(
             "--resume was given without --checkpoint", fix="pass --checkpoint PATH to resume from"
@@ -90,6 +97,12 @@ def _check_train_flags(args: argparse.Namespace) -> None:
         raise UsageError(
             f"--batch-size {args.batch_size} is larger than --train-size {args.train_size}",
             fix="pass a batch size at most the number of training images",
+        )
+    data = args.devices or (args.mesh or {}).get("data", 1)
+    if args.batch_size % data:
+        raise UsageError(
+            f"--batch-size {args.batch_size} does not split over {data} devices of the data axis",
+            fix=f"pass a batch size that is a multiple of {data}",
         )
     if args.mesh is not None:  # the rules against the Spotter's dims and the mesh's axes
         from .zoo.spotter import Spotter

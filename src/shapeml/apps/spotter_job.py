@@ -125,7 +125,7 @@ def train_spotter(
         mesh=mesh,
         rules=rules,
     )
-    if int(result.opt.step) == 0:  # counts the gradients applied, not the skipped ones
+    if int(result.opt.step) // result.opt.accumulate == 0:  # finite gradients -> updates
         raise NothingTrainedError(
             f"every one of the {steps} steps had non-finite gradients and was skipped; "
             + (f"{str(out)!r} was left as it was" if out is not None else "nothing was saved"),

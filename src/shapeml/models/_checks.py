@@ -38,8 +38,12 @@ def key_of(seed: Any) -> jax.Array:
                 fix=_SEED_FIX + "; for an ensemble: jax.vmap(M.init)(jnp.arange(n))",
             )
         return jax.random.key(seed)
-    n = integer("seed", seed, low=-(2**63), high=2**64 - 1, fix=_SEED_FIX)
-    return jax.random.key(np.uint64(n) if n >= 2**63 else n)
+    n = integer("seed", seed, low=-(2**63), high=2**64 - 1, fix=_SEED_FIX) % 2**64
+    # `jax.random.key` keeps only the low 32 bits without x64: the high half is folded in, so
+    # every 64-bit seed gives its own key (and seeds below 2**32 keep their usual key).
+    low, high = n & 0xFFFFFFFF, n >> 32
+    key = jax.random.key(low)
+    return key if high == 0 else jax.random.fold_in(key, high)
 
 
 def child_dims(model: type, parent: Dims) -> Dims:

@@ -51,6 +51,7 @@ def _embed(m: Embedding, ids: Int[Array, "*b"]) -> Float[Array, "*b D"]:
             )
     # Ids traced inside a user's jit cannot be checked on the host: a bad one reads NaN, never a
     # clamped row that would pass for a real token.
+    ids = jnp.where(ids < 0, m.w.shape[0], ids)  # `take` wraps negative ids: send them out of range
     return jnp.take(m.w, ids, axis=0, mode="fill", fill_value=jnp.nan)
 
 

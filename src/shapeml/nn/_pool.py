@@ -9,6 +9,7 @@ from jaxtyping import Array, Float
 from .._shaped import shaped
 from ..models import static
 from ._conv import check_window, out_size
+from ._errors import LayerOptionError
 from ._layer import Layer
 
 __all__ = ["AvgPool2d", "MaxPool2d"]
@@ -22,6 +23,12 @@ class _Pool(Layer):
     @classmethod
     def _check(cls, dims, options) -> None:
         check_window(cls.__name__, options, "window", allow_none=True)
+        if options["padding"] > options["window"] // 2:  # a window of padding alone
+            raise LayerOptionError(
+                f"`{cls.__name__}` padding is {options['padding']} with window "
+                f"{options['window']}: a window could hold padding only",
+                fix=f"use padding <= window // 2 = {options['window'] // 2}",
+            )
 
     def __call__(self, x: Float[Array, "b c h w"]) -> Float[Array, "b c oh ow"]:
         """`[b c h w] -> [b c oh ow]`, `oh = (h + 2 * padding - window) // stride + 1`."""

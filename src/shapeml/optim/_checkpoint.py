@@ -24,8 +24,13 @@ from ..models import Model
 from ..models._checkpoint import CheckpointError, entry_problems, model_from_arrays, model_metadata
 from ..models._introspect import dotted_name, tensors
 from ._config import check_header, rebuild
-from ._errors import OptimizerCheckpointError, OptimizerKindError, OptimizerMismatchError
-from ._optimizer import Optimizer
+from ._errors import (
+    OptimizerCheckpointError,
+    OptimizerKindError,
+    OptimizerMismatchError,
+    OptionConflictError,
+)
+from ._optimizer import OPTIONS, Optimizer
 
 __all__ = ["load_checkpoint", "save_checkpoint"]
 
@@ -126,6 +131,13 @@ def load_checkpoint(
             f"({_options(template)}; the file's: {_options(cfg)}): "
             f"{len(problems)} problem(s):\n    " + "\n    ".join(problems),
             fix="resume with the optimizer and options the checkpoint was saved with",
+        )
+    # Options that keep the state's structure would still resume a different run (another
+    # accumulation count shifts every update boundary): they must match the file's.
+    if any(cfg.get(k) != getattr(template, k) for k in OPTIONS):
+        raise OptionConflictError(
+            f"`{path}` was saved with {_options(cfg)}, but the template has {_options(template)}",
+            fix="build the template with the options the run was saved with",
         )
     # Each leaf is filled from the entry of its own tree path, never by position.
     paths, treedef = jax.tree_util.tree_flatten_with_path(template)

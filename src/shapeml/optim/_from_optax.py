@@ -13,7 +13,7 @@ from .._grad import split_params
 from .._validate import instance, integer, real, shorten
 from ..models import Model
 from ._compose import Layers, compose, join, split
-from ._errors import OptionConflictError
+from ._errors import OptimizerMismatchError, OptionConflictError
 from ._optimizer import Optimizer, _family, shapes_of
 
 __all__ = ["check_options", "from_optax", "make", "reconfigure"]
@@ -107,6 +107,12 @@ def reconfigure(
     An option left None, or equal to the optimizer's, keeps it; one the optimizer already has
     with another value is a conflict (E1207).
     """
+    if opt.model_class is not type(m):
+        raise OptimizerMismatchError(
+            f"`{type(opt).__name__}` is for a `{opt.model_class.__name__}`, not a "
+            f"`{type(m).__name__}`",
+            fix=f"build the optimizer from the model you train: optim.adamw({type(m).__name__}...)",
+        )
     k = opt.accumulate if accumulate is None else integer("accumulate", accumulate, low=1)
     if ema is not None:
         ema = real("ema", ema, low=0.0, high=1.0, high_open=True, fix="pass e.g. ema=0.999")
