@@ -333,3 +333,31 @@ def test_train_checks_its_arguments_before_it_runs():
     step = TrainStep(tiny_loss, m, optim.sgd(m, lr=0.1, ema=0.5))
     step(*tiny_batches(1)[0])
     assert type(step.averaged) is Tiny
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"devices": 0}, "`devices` is 0"),
+        ({"devices": 1, "mesh": "any"}, "got both"),
+        ({"rules": {"D": "data"}}, "no mesh to place the fields on"),
+    ],
+)
+def test_placement_arguments_are_checked_before_the_checkpoint_is_read(kwargs, needle, tmp_path):
+    bad = tmp_path / "ck.safetensors"
+    bad.write_bytes(b"not a checkpoint")  # reading it would be E1302: it must not be reached
+    m = Spotter.init(seed=0)
+    img, y = shapes.draw(32, seed=0)
+    with pytest.raises(sm.ArgumentError, match=needle):
+        train(
+            spotter_loss,
+            m,
+            optim.adamw(m, lr=1e-3),
+            batches(img, y, batch_size=16),
+            steps=1,
+            has_aux=True,
+            checkpoint=bad,
+            resume=True,
+            progress=False,
+            **kwargs,
+        )

@@ -129,17 +129,22 @@ def train(
     accumulate = integer("accumulate", accumulate, low=1)
     opt = reconfigure(model, opt, accumulate=None if accumulate == 1 else accumulate, ema=ema)
     per_update = opt.accumulate
-    done = 0  # batches already used (gradients taken or skipped)
-    if resume and checkpoint is not None and Path(checkpoint).exists():
-        model, opt = load_checkpoint(checkpoint, type(model), like=opt)
-        done = int(opt.step) + int(opt.skipped)
-    if devices and mesh is not None:
+    if devices is not None and mesh is not None:
         raise ArgumentError(
             "train(..., devices=, mesh=) got both; `devices=N` is a 1-D data-parallel mesh",
             fix="pass mesh= (with rules=) or devices=, not both",
         )
-    if devices:
+    if rules is not None and mesh is None:
+        raise ArgumentError(
+            "train(..., rules=...) was given rules but no mesh to place the fields on",
+            fix="pass mesh= too, e.g. train(..., mesh=sharding.make_mesh('data=2'), rules=rules)",
+        )
+    if devices is not None:  # checked, like everything above, before any file is read
         mesh = make_mesh(integer("devices", devices, low=1))
+    done = 0  # batches already used (gradients taken or skipped)
+    if resume and checkpoint is not None and Path(checkpoint).exists():
+        model, opt = load_checkpoint(checkpoint, type(model), like=opt)
+        done = int(opt.step) + int(opt.skipped)
     step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules)
     batches = iter(data)
     for _ in itertools.islice(batches, done):
