@@ -9,6 +9,7 @@ Masks combine with `~`, `&` and `|`, compare by value and round-trip through che
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import fnmatch
 import typing
@@ -25,11 +26,12 @@ from ._errors import MaskError
 __all__ = ["Mask", "decay_mask", "mask", "mask_from_config"]
 
 
-class Mask:
+class Mask(abc.ABC):
     """Selects params by dotted name; call it on a params tree for optax's tree of bools."""
 
-    def selected(self, tree: Any) -> set[str]:  # pragma: no cover - every kind overrides it
-        raise NotImplementedError
+    @abc.abstractmethod
+    def selected(self, tree: Any) -> set[str]:
+        """The dotted names of the params of `tree` this mask selects."""
 
     def __call__(self, tree: Any) -> Any:
         chosen = self.selected(tree)
@@ -44,8 +46,9 @@ class Mask:
     def __or__(self, other: Mask) -> Mask:
         return _Either(self, _checked(other))
 
-    def config(self) -> dict[str, Any]:  # pragma: no cover - every kind overrides it
-        raise NotImplementedError
+    @abc.abstractmethod
+    def config(self) -> dict[str, Any]:
+        """The mask as JSON-ready data, saved in optimizer checkpoints."""
 
 
 def _checked(other: Any) -> Mask:
