@@ -48,6 +48,10 @@ class KVCache(eqx.Module):
         >>> keys, values, mask = cache.read(0, pos)  # [batch, ctx, heads, head_dim], [1, ctx]
     """
 
+    # What each axis of `k` and `v` holds, by the dim names a rule table uses (`{"H": "tp"}`
+    # splits a cache over its heads, as the attention weights it serves).
+    AXES: typing.ClassVar[tuple[str, ...]] = ("L", "B", "T", "H", "Dh")
+
     k: Shaped[Array, "L B T H Dh"]
     v: Shaped[Array, "L B T H Dh"]
     name: str = eqx.field(static=True)
