@@ -1,10 +1,13 @@
 """shapeml: models whose every tensor has a declared, checked shape, on JAX.
 
 This file only re-exports the public API; each name lives in the module its folder suggests.
-Subpackages: `shapeml.models`, `shapeml.optim`, `shapeml.training`, `shapeml.state`,
-`shapeml.hoisting`, `shapeml.int8`, `shapeml.data`, `shapeml.testing`.
+Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`,
+`shapeml.state`, `shapeml.sharding`, `shapeml.hoisting`, `shapeml.int8`, `shapeml.data`,
+`shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
+# Names that moved to the zoo or the apps keep working under their old homes (see `_moved`).
+from . import _moved
 from . import data as data
 from . import hoisting as hoisting
 from . import int8 as int8
@@ -56,6 +59,8 @@ from .sharding import load as load  # models.load, plus placement on a mesh by r
 from .sharding import memory_report as memory_report
 from .sharding import partition_specs as partition_specs
 from .sharding import shard as shard
+
+_moved.install()
 
 __all__ = [
     "ArgumentError",

@@ -53,6 +53,8 @@ _REGISTRY: dict[str, Explanation] = {}
 # complete), so `shapeml explain` knows every code without the core importing what is built on it.
 CODE_MODULES = (
     "shapeml._errors",
+    "shapeml._index",
+    "shapeml._shell",
     "shapeml._file_errors",
     "shapeml.models._limits",
     "shapeml._compile_cache",

@@ -144,6 +144,14 @@ def is_random(eqn: JaxprEqn) -> bool:
     return any(_jaxpr_is_random(j) for j in sub_jaxprs(eqn))
 
 
+def has_checks(jaxpr: Jaxpr) -> bool:
+    """Whether `jaxpr` (or a jaxpr nested in it) holds a `checkify` check, debug checks included."""
+    return any(
+        eqn.primitive.name == "check" or any(has_checks(j) for j in sub_jaxprs(eqn))
+        for eqn in jaxpr.eqns
+    )
+
+
 def _jaxpr_is_random(jaxpr: Jaxpr) -> bool:
     return any(is_random(e) for e in jaxpr.eqns)
 

@@ -8,8 +8,6 @@ model file is its import/export format. The decode paths are pure functions of t
 wrap. The shipped sorting model and its trainer live in `shapeml.apps.int8_sort`.
 """
 
-import warnings
-
 from ._decode import generate_loop as generate_loop
 from ._decode import project as project
 from ._decode import step as step
@@ -81,19 +79,3 @@ __all__ = [
     "tp_generate",
     "tp_step",
 ]
-
-# Deprecated: the shipped model moved to `shapeml.apps.int8_sort` (an app, not the library).
-_MOVED = ("TINY_FLOAT_PATH", "TINY_MODEL_PATH", "tiny_model")
-
-
-def __getattr__(name: str):
-    if name in _MOVED:
-        from ..apps.int8_sort import shipped
-
-        warnings.warn(
-            f"shapeml.int8.{name} is deprecated: use shapeml.apps.int8_sort.{name}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(shipped, name)
-    raise AttributeError(f"module 'shapeml.int8' has no attribute {name!r}")

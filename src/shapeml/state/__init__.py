@@ -1,11 +1,18 @@
 """Weights and device-resident state: a compiled `Graph` that owns both, and the `KVCache`.
 
 A graph uploads its weights (`param`) once and keeps its states (`state`, together one `sm.Model`,
-`graph.states`) on the device across calls, updated in place by one pure compiled step; per-call
-indices are traced (no recompiles) and bounds-checked (never clamped); `Graph.reference` runs the
-same body eagerly on the host.
+`graph.states`) on the device across calls, updated in place by one pure compiled step (the one
+shell, `shapeml._shell`); per-call indices are traced (no recompiles) and bounds-checked before the
+step runs (never clamped); `Graph.reference` runs the same body eagerly on the host.
 """
 
+from .._index import IndexChecks as IndexChecks
+from .._index import StateIndexError as StateIndexError
+from .._index import StateIndexTypeError as StateIndexTypeError
+from .._index import assume_in_bounds as assume_in_bounds
+from .._index import check_index as check_index
+from .._index import span as span
+from ._body import StateView as StateView
 from ._decl import param as param
 from ._decl import state as state
 from ._errors import GraphBodyError as GraphBodyError
@@ -13,8 +20,6 @@ from ._errors import GraphDeclarationError as GraphDeclarationError
 from ._errors import GraphInputError as GraphInputError
 from ._errors import LoadStateDictError as LoadStateDictError
 from ._errors import StateAllocationError as StateAllocationError
-from ._errors import StateIndexError as StateIndexError
-from ._errors import StateIndexTypeError as StateIndexTypeError
 from ._errors import StateNotFoundError as StateNotFoundError
 from ._errors import StateWriteError as StateWriteError
 from ._errors import UnboundParamError as UnboundParamError
@@ -22,12 +27,7 @@ from ._errors import WeightWriteError as WeightWriteError
 from ._graph import Graph as Graph
 from ._handles import ParamHandle as ParamHandle
 from ._handles import StateHandle as StateHandle
-from ._index import IndexChecks as IndexChecks
-from ._index import assume_in_bounds as assume_in_bounds
-from ._index import check_index as check_index
-from ._index import span as span
 from ._kvcache import KVCache as KVCache
-from ._step import StateView as StateView
 
 __all__ = [
     "Graph",

@@ -1,10 +1,9 @@
-"""Declarations of a graph's weights (`param`) and device-resident state (`state`), and the
-`sm.Model` class a graph's states are held and saved as.
+"""What a graph declares: its weights (`param`) and its device-resident states (`state`).
 
-A declaration records leaf names, shapes and dtypes (and, for a weight given by value, the value);
-the `Graph` it is assigned to owns the device copies. Either may be a single array or a pytree of
-arrays (an `sm.Model` as weights, a `KVCache` as state), whose leaves get dotted names like
-`model.emb`. A graph's states together are one `sm.Model` whose buffers are named by the states.
+A declaration is a template: a pytree whose leaves are `jax.ShapeDtypeStruct`s (one leaf for an
+array; a `KVCache` or an `sm.Model` keeps its own structure), plus, for a weight given by value,
+the value. At the first call the graph turns its states into one `sm.Model` declared with the
+core's own field kinds: a `sm.buffer(sm.zeros)` per array state, a sub-model per pytree state.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import keyword
 import typing
 from typing import Any
 
-import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,24 +23,30 @@ from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
 
-__all__ = ["Decl", "ParamDecl", "StateDecl", "param", "state", "state_model_class"]
+__all__ = ["Declared", "param", "state", "states_class"]
 
 
-def _check_shape(shape, where: str) -> tuple[int, ...]:
-    if isinstance(shape, int | np.integer):
-        shape = (shape,)
-    ok = isinstance(shape, tuple | list) and all(
-        isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in shape
-    )
-    if not ok:
-        raise GraphDeclarationError(
-            f"{where} got the shape {shape!r}, which is not a tuple of non-negative ints",
-            fix="declare it as e.g. state((rows, width)) or param((D, F), dtype=jnp.float32)",
-        )
-    return tuple(int(d) for d in shape)
+@dataclasses.dataclass
+class Declared:
+    """A declared weight (`kind="param"`) or state (`kind="state"`)."""
+
+    kind: str
+    template: Any  # a pytree of jax.ShapeDtypeStruct
+    value: Any = None  # a weight's value (None until bound); never set for a state
+    sharding: Any = None
+    name: str = ""  # set when assigned to a graph attribute (or given as name=)
+
+    @property
+    def leaves(self) -> dict[str, jax.ShapeDtypeStruct]:
+        """Each leaf's spec by its dotted name under the declaration ("" for an array)."""
+        flat = jax.tree_util.tree_flatten_with_path(self.template)[0]
+        return {dotted_name(p): s for p, s in flat}
+
+    def full_name(self, leaf: str) -> str:
+        return f"{self.name}.{leaf}" if leaf else self.name
 
 
-def _dtype(dtype, where: str = "a declaration") -> np.dtype:
+def _dtype(dtype, where: str) -> np.dtype:
     """JAX's canonical form of a numeric or bool `dtype`; anything else is a declaration error."""
     try:
         canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
@@ -56,68 +60,38 @@ def _dtype(dtype, where: str = "a declaration") -> np.dtype:
     return canonical
 
 
-@dataclasses.dataclass
-class Decl:
-    """The leaves of one declared weight or state, by relative dotted name ("" for an array).
-
-    `treedef` and `static` rebuild the declared value (an array, or e.g. an `sm.Model`) from its
-    leaves; `leaves` maps each leaf's name to its `(shape, dtype)`, in the treedef's order.
-    """
-
-    treedef: Any
-    static: Any
-    leaves: dict[str, tuple[tuple[int, ...], np.dtype]]
-    sharding: Any = None
-    name: str = ""  # set when assigned to a graph attribute (or given as name=)
-
-    @property
-    def is_array(self) -> bool:
-        return list(self.leaves) == [""]
-
-    def full_name(self, leaf: str) -> str:
-        return f"{self.name}.{leaf}" if leaf else self.name
-
-    def build(self, by_name: dict[str, Any]) -> Any:
-        """The declared value with these leaves (arrays or tracers), paired by leaf name."""
-        tree = jax.tree_util.tree_unflatten(self.treedef, [by_name[n] for n in self.leaves])
-        return tree if self.static is None else eqx.combine(tree, self.static)
-
-    def split(self, value) -> dict[str, Any]:
-        """The leaves of a value of the declared structure by name (the inverse of `build`)."""
-        if self.is_array:
-            return {"": value}
-        arrays = eqx.filter(value, eqx.is_array) if self.static is not None else value
-        return {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(arrays)[0]}
-
-
-def _from_tree(tree, where: str) -> tuple[Any, Any, dict[str, Any]]:
-    arrays, static = eqx.partition(tree, eqx.is_array)
-    flat, treedef = jax.tree_util.tree_flatten_with_path(arrays)
-    if not flat:
+def _shape(shape, where: str) -> tuple[int, ...]:
+    if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
+        shape = (shape,)
+    ok = isinstance(shape, tuple | list) and all(
+        isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0 for d in shape
+    )
+    if not ok:
         raise GraphDeclarationError(
-            f"{where} got a {type(tree).__name__} with no array leaves",
+            f"{where} got the shape {shorten(shape)}, which is not a tuple of non-negative ints",
+            fix="declare it as e.g. state((rows, width)) or param((D, F), dtype=jnp.float32)",
+        )
+    return tuple(int(d) for d in shape)
+
+
+def _template(tree, where: str):
+    """`tree` with every array leaf a `ShapeDtypeStruct` of JAX's canonical dtype."""
+    leaves = jax.tree.leaves(tree)
+    if not leaves or not all(hasattr(x, "shape") and hasattr(x, "dtype") for x in leaves):
+        raise GraphDeclarationError(
+            f"{where} got {shorten(tree)} ({type(tree).__name__}), which is neither a shape nor an "
+            "array or a pytree of arrays",
             fix="pass an array, a shape tuple, or a pytree of arrays such as an sm.Model",
         )
-    return treedef, static, {dotted_name(p): x for p, x in flat}
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), _dtype(x.dtype, where)), tree)
 
 
-_ARRAY = jax.tree_util.tree_structure(0)
-
-
-@dataclasses.dataclass
-class ParamDecl(Decl):
-    """A weight: read-only in `body`, uploaded once. `values` (by leaf name) is None until bound."""
-
-    values: dict[str, Any] | None = None
-
-
-@dataclasses.dataclass
-class StateDecl(Decl):
-    """A device-resident tensor (or pytree of them), zero on first upload."""
+def _is_shape(x) -> bool:
+    return isinstance(x, tuple | list | int | np.integer) and not isinstance(x, bool)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
-def param(value_or_shape, dtype=None, *, sharding=None) -> ParamDecl:
+def param(value_or_shape, dtype=None, *, sharding=None) -> Declared:
     """Declares a weight of a `Graph`: `self.w = param(array)` in the graph's `__init__`.
 
     Args:
@@ -129,35 +103,30 @@ def param(value_or_shape, dtype=None, *, sharding=None) -> ParamDecl:
         sharding: an optional `jax.sharding.Sharding` to place the weight with.
 
     Returns:
-        A declaration; the graph uploads it to the device once, on first use.
+        A declaration; the graph uploads the weight to the device once, on first use.
     """
     if isinstance(value_or_shape, tuple | list) and all(
         isinstance(d, int | np.integer) for d in value_or_shape
     ):
-        shape = _check_shape(value_or_shape, "param(shape)")
-        leaves = {"": (shape, _dtype(jnp.float32 if dtype is None else dtype, "param(shape)"))}
-        return ParamDecl(_ARRAY, None, leaves, sharding=sharding)
-    if isinstance(value_or_shape, jax.Array | np.ndarray) or np.isscalar(value_or_shape):
-        treedef, static, values = _ARRAY, None, {"": value_or_shape}
-    else:
-        treedef, static, values = _from_tree(value_or_shape, "param(value)")
+        spec = jax.ShapeDtypeStruct(
+            _shape(value_or_shape, "param(shape)"),
+            _dtype(jnp.float32 if dtype is None else dtype, "param(shape)"),
+        )
+        return Declared("param", spec, sharding=sharding)
+    value = value_or_shape
+    if np.isscalar(value) or isinstance(value, list):
+        value = np.asarray(value)
     if dtype is not None:
-        dtype = _dtype(dtype, "param(value)")
-        values = {n: jnp.asarray(x, dtype) for n, x in values.items()}
-    values = {n: _canonical(x) for n, x in values.items()}
-    leaves = {n: (tuple(x.shape), np.dtype(x.dtype)) for n, x in values.items()}
-    return ParamDecl(treedef, static, leaves, sharding=sharding, values=values)
-
-
-def _canonical(x):
-    if isinstance(x, jax.Array):
-        return x  # already on a device: uploading it is free
-    arr = np.asarray(x)
-    return np.array(arr, dtype=_dtype(arr.dtype))
+        cast = _dtype(dtype, "param(value)")
+        value = jax.tree.map(lambda x: np.asarray(x, cast), value)
+    template = _template(value, "param(value)")
+    value = jax.tree.map(lambda x, s: x if isinstance(x, jax.Array) else np.asarray(x, s.dtype),
+                         value, template)  # fmt: skip
+    return Declared("param", template, value=value, sharding=sharding)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
-def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding=None) -> StateDecl:
+def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding=None) -> Declared:
     """Declares device-resident state of a `Graph`: `self.total = state((rows, width))`.
 
     The state is zero when first uploaded, lives on the device across calls, is read and written
@@ -182,15 +151,16 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
             f"state(name=...) takes a string, got {shorten(name)} ({type(name).__name__})",
             fix="name it with a Python identifier, e.g. state((8, 4), name='total')",
         )
-    if isinstance(shape_or_tree, tuple | list | int) and not isinstance(shape_or_tree, bool):
-        leaves = {"": (_check_shape(shape_or_tree, "state(shape)"), _dtype(dtype, "state(shape)"))}
-        return StateDecl(_ARRAY, None, leaves, sharding=sharding, name=name or "")
-    treedef, static, values = _from_tree(shape_or_tree, "state(tree)")
-    leaves = {n: (tuple(x.shape), _dtype(x.dtype, "state(tree)")) for n, x in values.items()}
-    return StateDecl(treedef, static, leaves, sharding=sharding, name=name or "")
+    if _is_shape(shape_or_tree):
+        spec = jax.ShapeDtypeStruct(
+            _shape(shape_or_tree, "state(shape)"), _dtype(dtype, "state(shape)")
+        )
+        return Declared("state", spec, sharding=sharding, name=name or "")
+    template = _template(shape_or_tree, "state(tree)")
+    return Declared("state", template, sharding=sharding, name=name or "")
 
 
-def check_field_names(graph: str, decl: StateDecl) -> None:
+def check_names(graph: str, decl: Declared) -> None:
     """A state's name and its leaves' names become field names of the graph's state model."""
     for part in [decl.name, *(p for leaf in decl.leaves if leaf for p in leaf.split("."))]:
         if not part.isidentifier() or keyword.iskeyword(part) or part.startswith("_"):
@@ -207,21 +177,14 @@ def check_field_names(graph: str, decl: StateDecl) -> None:
         )
 
 
-def state_model_class(graph: str, decls: list[StateDecl]) -> type[Model]:
-    """The `sm.Model` subclass `<Graph>State` holding these states as buffers, by name.
-
-    An array state is a buffer; a pytree state (a `KVCache`) is a sub-model whose buffers are its
-    leaves, so the saved names are the dotted names of `graph.state_dict()` (`kv_cache.k`).
-    """
+def states_class(graph: str, decls: list[Declared]) -> type[Model]:
+    """The `sm.Model` class `<Graph>State`: a buffer per array state, a sub-model per pytree state
+    (its buffers named by the pytree's leaves, so saved names read `kv_cache.k`)."""
     tree: dict[str, Any] = {}
     for decl in decls:
-        if decl.is_array:
-            tree[decl.name] = decl.leaves[""]
-            continue
-        node = tree.setdefault(decl.name, {})
         for leaf, spec in decl.leaves.items():
-            *parents, last = leaf.split(".")
-            at = node
+            *parents, last = decl.full_name(leaf).split(".")
+            at = tree
             for p in parents:
                 at = at.setdefault(p, {})
             at[last] = spec
@@ -236,8 +199,7 @@ def _model_class(qualname: str, tree: dict[str, Any]) -> type[Model]:
             sub = _model_class(f"{qualname}.{name}", spec)
             annotations[name], namespace[name] = sub, submodel(sub)
         else:
-            shape, dtype = spec
-            annotations[name] = Shaped[Array, " ".join(map(str, shape))]
-            namespace[name] = buffer(zeros, dtype=dtype)
+            annotations[name] = Shaped[Array, " ".join(map(str, spec.shape))]
+            namespace[name] = buffer(zeros, dtype=spec.dtype)
     namespace["__annotations__"] = annotations
     return type(qualname.rsplit(".", 1)[-1], (Model,), namespace)

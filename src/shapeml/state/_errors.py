@@ -1,8 +1,11 @@
-"""The errors of `shapeml.state` (codes E1401..E1499), each with its long explanation."""
+"""The errors of `shapeml.state` (codes E1403..E1499), each with its long explanation. The index
+errors (E1401, E1402) belong to the core's index checks, `shapeml._index`."""
 
 from __future__ import annotations
 
 from .._errors import ShapemlError
+from .._index import StateIndexError, StateIndexTypeError
+from .._shell import StepInputError as GraphInputError
 
 __all__ = [
     "GraphBodyError",
@@ -17,34 +20,6 @@ __all__ = [
     "UnboundParamError",
     "WeightWriteError",
 ]
-
-_INDEX = """
-A state was indexed outside its extent: a position `pos >= size`, or a negative one.
-
-JAX clamps out-of-range indices in gathers and `dynamic_update_slice` without a word, so
-`total[16]` on a 16-row state would silently read and overwrite row 15. shapeml checks every index,
-the same way in every context: a concrete index raises at once; in a graph's body every index is
-recorded, the graph runs those checks before the compiled step, and raises this error instead of
-running it, so a bad index changes nothing; in your own `jit` or `vmap`,
-`check_index` (and `KVCache`) fail the computation through `eqx.error_if`, with a JAX runtime
-error whose message starts with `[E1401]`.
-
-Negative indices are refused rather than counted from the end, because a negative position is
-nearly always an off-by-one in a decode loop.
-
-    graph(x, pos=16)          # total has 16 rows: raises E1401
-    graph(x, pos=15)          # the last row
-"""
-
-_INDEX_TYPE = """
-A state index must be an integer scalar (a Python int, a 0-d integer array, or a traced 0-d
-integer), a slice with static integer bounds, or `shapeml.state.span(start, size)` for a slice of
-static length that starts at a per-call position.
-
-    self.total[pos]                    # one row
-    self.cache[span(pos, 4)]           # four rows starting at pos
-    self.total[0.5]                    # raises E1402: a float is not an index
-"""
 
 _WRITE = """
 A write into a state must have exactly the shape and dtype of the part of the state it replaces;
@@ -82,8 +57,8 @@ _DECL = """
 A weight or state declaration was invalid: a shape that is not a tuple of non-negative ints, a
 name declared twice, a state name that is not a Python identifier (states are saved as the
 buffers of `graph.states`), an attribute that would hide one of `Graph`'s own (`states`, `read`),
-a declaration after the graph was first called (its program is already compiled against the old
-set), or a whole-state assignment outside `body`. Declare every `param` and `state` in
+a declaration after the graph's states were made (at its first call or first read: its states
+model is fixed then), or a whole-state assignment outside `body`. Declare every `param` and `state` in
 `__init__`; change state from `body`, or with `reset()` / `load_state_dict()`.
 """
 
@@ -95,38 +70,9 @@ changing tensor in a `state(...)` instead, or bind new weights from outside with
 
 _BODY = """
 A `Graph` subclass must define `body(self, *inputs, **per_call)`, the function compiled and run on
-every call; its result must be a pytree of arrays, and it may not call the graph itself.
-
-Every index into a state (or into a `KVCache` held in one) must be a value of the body itself, not
-one traced inside a transformation nested in it (`lax.scan`, `vmap`, an inner `jit`): the graph
-checks every index before its step runs, and such a value exists only inside that transformation.
-An index the body already has (`pos`) may be used inside one. Unroll the loop instead:
-
-    self.cache, _ = lax.scan(lambda c, l: (c.write(l, pos, k, v), None),
-                             self.cache, jnp.arange(layers))      # E1409: l exists in the scan
-    for l in range(layers):                                       # l is a Python int
-        self.cache = self.cache.write(l, pos, k, v)
+every call; its result must be a pytree of arrays, and it may not call the graph itself (call
+helper functions instead).
 """
-
-_INPUT = """
-Every input of a graph call must be an array, a Python number or a pytree of them: each becomes a
-traced value of the compiled program (so a new value never recompiles). Configuration that changes
-the program belongs in the graph's `__init__`. An integer must fit JAX's int dtype (int32, or int64
-with `jax_enable_x64`); one that does not is refused rather than wrapped around (as an index the
-graph checks, it is an E1401 index error instead).
-"""
-
-
-class StateIndexError(
-    ShapemlError, IndexError, code="E1401", title="state index out of range", explanation=_INDEX
-):
-    pass
-
-
-class StateIndexTypeError(
-    ShapemlError, TypeError, code="E1402", title="not a valid state index", explanation=_INDEX_TYPE
-):
-    pass
 
 
 class StateWriteError(
@@ -192,12 +138,6 @@ class WeightWriteError(
 
 class GraphBodyError(
     ShapemlError, TypeError, code="E1409", title="graph has no valid body", explanation=_BODY
-):
-    pass
-
-
-class GraphInputError(
-    ShapemlError, TypeError, code="E1410", title="graph input is not an array", explanation=_INPUT
 ):
     pass
 

@@ -1,22 +1,23 @@
-"""The host's view of a graph's weights and state, outside `body`: `graph.total.host` and friends."""
+"""The host's view of a graph's weights and states, outside `body`: `graph.total.host` and friends."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 
 __all__ = ["ParamHandle", "StateHandle"]
 
 
 class _Handle:
-    def __init__(self, storage, attr: str):
-        self._storage = storage
+    def __init__(self, graph, attr: str):
+        self._graph = graph
         self._attr = attr
 
     @property
     def _decl(self):
-        return self._storage.decls[self._attr]
+        return self._graph._decls[self._attr]
 
     @property
     def name(self) -> str:
@@ -25,14 +26,14 @@ class _Handle:
     @property
     def shape(self):
         """The shape (a tuple), or for a pytree the shapes by leaf name."""
-        d = self._decl
-        return d.leaves[""][0] if d.is_array else {n: s for n, (s, _) in d.leaves.items()}
+        leaves = self._decl.leaves
+        return leaves[""].shape if "" in leaves else {n: s.shape for n, s in leaves.items()}
 
     @property
     def dtype(self):
         """The dtype, or for a pytree the dtypes by leaf name."""
-        d = self._decl
-        return d.leaves[""][1] if d.is_array else {n: t for n, (_, t) in d.leaves.items()}
+        leaves = self._decl.leaves
+        return leaves[""].dtype if "" in leaves else {n: s.dtype for n, s in leaves.items()}
 
     @property
     def sharding(self):
@@ -50,16 +51,17 @@ class StateHandle(_Handle):
     @property
     def host(self) -> Any:
         """A numpy copy of the host mirror of this state (the reference path's state)."""
-        return self._storage.host_copy(self._attr)
+        g = self._graph
+        return jax.tree.map(np.array, g._unpack(g._host_states())[self._attr])
 
     @property
     def device(self) -> Any:
         """The device array (or pytree) holding this state now; invalid after the next call."""
-        return self._storage.build_state(self._attr, self._storage.device_by_name())
+        return self._graph._unpack(self._graph._states())[self._attr]
 
     def read(self) -> Any:
         """A numpy copy of the device state (same as `graph.read(name)`)."""
-        return self._storage.read(self._attr)
+        return self._graph.read(self.name)
 
     def __repr__(self) -> str:
         return f"StateHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"
@@ -70,13 +72,12 @@ class ParamHandle(_Handle):
 
     @property
     def host(self) -> Any:
-        values = self._storage.weight_values(self._attr)
-        return self._decl.build({n: np.array(v) for n, v in values.items()})
+        return jax.tree.map(np.array, self._graph._weights()[self._attr])
 
     @property
     def device(self) -> Any:
         """The weight on the device, uploaded on first use and then never again."""
-        return self._storage.device_weights()[self._attr]
+        return self._graph._compiled().model[self._attr]
 
     def __repr__(self) -> str:
         return f"ParamHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"

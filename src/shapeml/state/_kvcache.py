@@ -2,18 +2,17 @@
 
 A decode step writes this position's K and V (`write`) and attends over positions `0..pos`
 (`read` returns the whole cache and the mask). The cache is a plain pytree, usable inside any
-`jax.jit` or `lax.scan`, and as a `Graph` state (`self.cache = state(KVCache(...))`), where its
-buffers are donated and updated in place. Every position is bounds-checked, never clamped: by
-`eqx.error_if` in your own `jit`, or, in a graph's body, in the graph step's `IndexChecks` (the
-graph binds every cache in its states to them with `with_checks`, and unbinds every cache that
-leaves the body), so a bad position there raises before the step runs and changes nothing.
+`jax.jit` or `lax.scan`, and as the carry of a stateful step (a `Graph` state, the cached
+decoder), where its buffers are donated and updated in place. Every position is bounds-checked,
+never clamped (`check_index`): in a stateful step before the step runs, so a bad position changes
+nothing; in your own `jit` by `eqx.error_if`.
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import typing
+import warnings
 from typing import Any
 
 import equinox as eqx
@@ -24,9 +23,9 @@ from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
 from .._errors import ArgumentTypeError
+from .._index import check_index
 from .._validate import instance, integer, shorten
 from ._errors import StateAllocationError, StateWriteError
-from ._index import IndexChecks, check_index
 
 __all__ = ["KVCache"]
 
@@ -38,9 +37,6 @@ class KVCache(eqx.Module):
         k: keys, shape `[layers, batch, ctx, heads, head_dim]`.
         v: values, the same shape.
         name: how errors name this cache.
-        checks: where traced positions are checked: None (the default) for `eqx.error_if`, or
-            a graph step's `IndexChecks` while its body runs (see `with_checks`); a cache a
-            graph returns, or reads out of its state, is always back to None.
 
     Example:
         >>> cache = KVCache(layers=2, ctx=16, heads=4, head_dim=8)
@@ -55,7 +51,6 @@ class KVCache(eqx.Module):
     k: Shaped[Array, "L B T H Dh"]
     v: Shaped[Array, "L B T H Dh"]
     name: str = eqx.field(static=True)
-    checks: IndexChecks | None = eqx.field(static=True)
 
     @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(
@@ -106,15 +101,22 @@ class KVCache(eqx.Module):
                 fix="use a shorter context, fewer layers or a smaller batch",
             ) from None
         self.name = name
-        self.checks = None
 
-    def with_checks(self, checks: IndexChecks | None) -> KVCache:
-        """The same cache, its traced positions checked into `checks` instead of failing the
-        program (`None`: back to `eqx.error_if`). A `Graph` binds its state caches this way while
-        its body runs, and unbinds every cache its body returns."""
-        new = copy.copy(self)
-        object.__setattr__(new, "checks", checks)
-        return new
+    def with_checks(self, checks: Any = None) -> KVCache:
+        """Deprecated, and returns the cache unchanged: every position is checked by
+        `check_index`, and a stateful step runs those checks before it runs."""
+        warnings.warn(
+            "KVCache.with_checks is deprecated and does nothing: positions are always checked, "
+            "before the step in a Graph or a cached decoder; remove the call",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self
+
+    @property
+    def checks(self) -> None:
+        """Deprecated: always None (positions are checked by `check_index`)."""
+        return None
 
     @property
     def layers(self) -> int:
@@ -137,12 +139,12 @@ class KVCache(eqx.Module):
         return self.k.shape[4]
 
     def _layer(self, layer):
-        return check_index(layer, self.layers, what=f"{self.name} layers", checks=self.checks)
+        return check_index(layer, self.layers, what=f"{self.name} layers")
 
     def _pos(self, pos, n):
         n = integer("n", n, low=1, fix="pass n, how many positions, as a Python int >= 1")
         what = f"{self.name} positions (ctx)"
-        return check_index(pos, self.ctx, what=what, extent=n, checks=self.checks)
+        return check_index(pos, self.ctx, what=what, extent=n)
 
     @typing.no_type_check  # validates its arguments itself, with coded errors
     def write(

@@ -1,6 +1,5 @@
 """Training: the compiled step and the loop (progress, evaluation, checkpoints, resume, data
-parallelism). The Spotter job behind `shapeml train` lives in `shapeml.apps.spotter_job`;
-`train_spotter` and `evaluate_spotter` here are deprecated aliases of it."""
+parallelism). The Spotter job behind `shapeml train` lives in `shapeml.apps.spotter_job`."""
 
 from ._loop import TrainingDivergedError as TrainingDivergedError
 from ._loop import TrainResult as TrainResult
@@ -15,12 +14,3 @@ __all__ = [
     "make_mesh",
     "train",
 ]
-
-
-def __getattr__(name: str):
-    # Deprecated aliases, resolved on first use so that the library never imports its apps.
-    if name in ("train_spotter", "evaluate_spotter"):
-        from ..apps import spotter_job
-
-        return getattr(spotter_job, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,7 +26,8 @@ from .._validate import instance, integer
 from ..models import Model, params
 from ..optim import Optimizer, averaged, load_checkpoint, save_checkpoint
 from ..optim._from_optax import reconfigure
-from ._step import TrainStep, make_mesh
+from ..sharding import make_mesh
+from ._step import TrainStep
 
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
 
@@ -89,8 +90,10 @@ def train(
     """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
 
     Args:
-        loss: `loss(model, *batch)`, a scalar, or `(scalar, {name: scalar})` with `has_aux`
-            (those metrics show in the progress bar, e.g. accuracy).
+        loss: `loss(model, *batch)`, a scalar, or with `has_aux` `(scalar, aux)`: `aux` is
+            `{name: scalar}` (metrics shown in the progress bar, e.g. accuracy), the updated model
+            (its buffers, e.g. BatchNorm's running statistics, are carried: see `TrainStep`), or
+            `(model, {name: scalar})`.
         model, opt: the model and its optimizer (`optim.adamw(model, ...)`).
         data: an iterator of batch tuples (e.g. `shapeml.data.batches(x, y, batch_size=64)`).
         steps: total optimizer updates, counting those already done when resuming (each takes
@@ -140,7 +143,7 @@ def train(
             fix="pass mesh= too, e.g. train(..., mesh=sharding.make_mesh('data=2'), rules=rules)",
         )
     if devices is not None:  # checked, like everything above, before any file is read
-        mesh = make_mesh(integer("devices", devices, low=1))
+        mesh = make_mesh({"data": integer("devices", devices, low=1)})
     done = 0  # batches already used (gradients taken or skipped)
     if resume and checkpoint is not None and Path(checkpoint).exists():
         model, opt = load_checkpoint(checkpoint, type(model), like=opt)
@@ -165,7 +168,8 @@ def train(
         if not pending:
             return
         values = jax.device_get([v for _, v in pending])
-        losses = [float(v[0] if has_aux else v) for v in values]
+        metrics = [v[1] if isinstance(v, tuple) else {} for v in values]
+        losses = [float(v[0] if isinstance(v, tuple) else v) for v in values]
         for (i, _), value in zip(pending, losses):
             if not math.isfinite(value):
                 raise TrainingDivergedError(
@@ -173,9 +177,8 @@ def train(
                     fix="lower the learning rate or clip gradients, then resume from the checkpoint",
                 )
         record = {"step": at, "loss": float(np.mean(losses))}
-        if has_aux:
-            for name in values[-1][1]:
-                record[name] = float(np.mean([float(v[1][name]) for v in values]))
+        for name in metrics[-1]:
+            record[name] = float(np.mean([float(m[name]) for m in metrics]))
         record["skipped"] = int(step.opt.skipped)
         history.append(record)
         bar.set_postfix(

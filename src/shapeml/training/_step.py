@@ -1,33 +1,72 @@
-"""The compiled training step: value_and_grad + update, jitted once with buffer donation.
+"""The compiled training step: value_and_grad + update, on the one shell (`shapeml._shell`).
 
-The model and optimizer are flattened once; each call passes flat lists of arrays, so per-step
-dispatch costs what a hand-written `jax.jit` step on raw dicts costs (no Python pytree walk), and
-donation lets XLA update the weights and optimizer state in place.
+The step's carry is the model and its optimizer: donated to each call, so XLA updates the weights
+and optimizer state in place, and kept on the device between calls. A loss may return an updated
+model (BatchNorm's running statistics) as its aux: its buffers are carried, while the optimizer
+updates the params alone.
 """
 
 from __future__ import annotations
 
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-from .. import _jax_internals as jxi
 from .. import sharding
 from .._errors import ArgumentError
 from .._grad import value_and_grad
+from .._shell import CarryChangedError, Shell
 from .._validate import instance
 from ..models import Model
+from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
 
-__all__ = ["TrainStep"]
+__all__ = ["TrainStep", "make_mesh"]
+
+
+def _split_aux(aux: Any, cls: type) -> tuple[Model | None, Any]:
+    """`(updated model or None, the rest of the aux)`: the aux is a model of the trained class,
+    a tuple that starts with one, or anything else (returned to the caller as it is)."""
+    if isinstance(aux, cls):
+        return aux, None
+    if isinstance(aux, tuple) and aux and isinstance(aux[0], cls):
+        rest = aux[1:]
+        return aux[0], (rest[0] if len(rest) == 1 else rest)
+    return None, aux
+
+
+def _with_buffers(m: Model, source: Model) -> Model:
+    """`m` (the optimizer's update of the params) with every buffer taken from `source`.
+
+    Raises:
+        CarryChangedError: (E1414) when `source` has other dims or statics than `m`.
+    """
+    if jax.tree.structure(m) != jax.tree.structure(source):
+        diff = [
+            f"{k}: {m.dims[k]} -> {source.dims[k]}"
+            for k in m.dims
+            if m.dims[k] != source.dims.get(k)
+        ]
+        raise CarryChangedError(
+            f"the loss returned a `{type(source).__name__}` whose structure differs from the model "
+            f"being trained ({', '.join(diff) or 'its static fields or sub-models differ'})",
+            fix="return the model the loss was given, updated with `replace` (e.g. "
+            "`m.replace(bn=new_bn)`), so its dims and statics stay the same",
+        )
+    return jax.tree.map(lambda is_param, a, b: a if is_param else b, param_mask(m), m, source)
 
 
 class TrainStep:
     """A stateful shell around one pure compiled step: holds the current model and optimizer.
+
+    The loss is `loss(model, *batch)`, a scalar; with `has_aux=True`, `(scalar, aux)`. An aux that
+    is a model of the trained class, or a tuple that starts with one, is the updated model (e.g.
+    BatchNorm's running statistics after a `train=True` forward): its buffers are carried into
+    the next step, and the rest of the aux (if any) is returned.
 
     The optimizer's options work unchanged: with `accumulate=N` every N-th call applies an
     update (`optax.MultiSteps`), with `ema=DECAY` `step.averaged` is the moving average of the
@@ -59,51 +98,47 @@ class TrainStep:
         instance("opt", opt, Optimizer, "its optimizer, e.g. optim.adamw(model, lr=3e-3)")
         self.loss = loss
         self.has_aux = has_aux
-        # Copies: the step donates its buffers, and the caller's model must stay readable.
-        self._model_leaves, self._model_def = jax.tree.flatten(jax.tree.map(jnp.copy, model))
-        self._opt_leaves, self._opt_def = jax.tree.flatten(jax.tree.map(jnp.copy, opt))
         self.mesh = mesh
-        self._data_axis = data_axis
-        out_shardings = None
+        self._placement = None
         if mesh is not None:
             batch_axis = data_axis if data_axis in mesh.shape else None
             s = sharding.step_shardings(model, opt, mesh, rules or {}, batch_axis=batch_axis)
-            out_shardings = (jax.tree.leaves(s.model), jax.tree.leaves(s.opt), s.replicated)
-            self._model_leaves = jax.device_put(self._model_leaves, out_shardings[0])
-            self._opt_leaves = jax.device_put(self._opt_leaves, out_shardings[1])
+            model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
             self._placement = (mesh, batch_axis)
         elif rules is not None:
             raise ArgumentError(
                 "TrainStep(..., rules=...) was given rules but no mesh to place the fields on",
                 fix="pass mesh= too, e.g. TrainStep(loss, m, opt, mesh=mesh, rules=rules)",
             )
-        model_def, opt_def = self._model_def, self._opt_def
+        cls = type(model)
 
-        def step(model_leaves, opt_leaves, *batch):
-            m = jax.tree.unflatten(model_def, model_leaves)
-            o = jax.tree.unflatten(opt_def, opt_leaves)
+        def step(_, carry, *batch):
+            m, o = carry
             value, g = value_and_grad(loss, m, *batch, has_aux=has_aux)
-            m, o = update(m, o, g)
-            return jax.tree.leaves(m), jax.tree.leaves(o), value
+            new, o = update(m, o, g)
+            if has_aux:
+                updated, rest = _split_aux(value[1], cls)
+                if updated is not None:
+                    new = _with_buffers(new, updated)
+                    value = value[0] if rest is None else (value[0], rest)
+            return value, (new, o)
 
-        self._step = jax.jit(step, donate_argnums=(0, 1), out_shardings=out_shardings)
+        # The model and optimizer are copied: their buffers are donated to each call.
+        self._shell = Shell(step, None, (model, opt), name="TrainStep")
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device."""
-        if self.mesh is not None:  # E1903 for a batch the data axis does not divide
+        if self._placement is not None:  # E1903 for a batch the data axis does not divide
             batch = sharding.place_batch(tuple(np.asarray(b) for b in batch), *self._placement)
-        self._model_leaves, self._opt_leaves, value = self._step(
-            self._model_leaves, self._opt_leaves, *batch
-        )
-        return value
+        return self._shell(*batch)
 
     @property
     def model(self) -> Model:
-        return jax.tree.unflatten(self._model_def, self._model_leaves)
+        return self._shell.carry[0]
 
     @property
     def opt(self) -> Optimizer:
-        return jax.tree.unflatten(self._opt_def, self._opt_leaves)
+        return self._shell.carry[1]
 
     @property
     def averaged(self) -> Model:
@@ -113,18 +148,20 @@ class TrainStep:
 
     def compiled_count(self) -> int:
         """How many distinct programs this step has compiled (1 in a healthy training run)."""
-        return jxi.compiled_count(self._step)
+        return self._shell.compile_count
 
 
 def make_mesh(devices: int | Sequence[jax.Device], axis: str = "data") -> jax.sharding.Mesh:
-    """A 1-D mesh over `devices` (a count takes the first n devices) for data parallelism."""
+    """Deprecated: use `shapeml.sharding.make_mesh`, the one mesh maker (`make_mesh("data=2")`).
+
+    A 1-D mesh over `devices` (a count takes the first n devices) for data parallelism.
+    """
+    warnings.warn(
+        "shapeml.training.make_mesh is deprecated: use shapeml.sharding.make_mesh, e.g. "
+        f'make_mesh("{axis}=N")',
+        DeprecationWarning,
+        stacklevel=2,
+    )
     if isinstance(devices, int):
-        available = jax.devices()
-        if devices > len(available):
-            raise ArgumentError(
-                f"asked for {devices} devices but JAX sees {len(available)}; on CPU, set "
-                f"XLA_FLAGS=--xla_force_host_platform_device_count={devices} before JAX starts "
-                "(`shapeml train --devices N` does this for you)"
-            )
-        devices = available[:devices]
-    return jax.sharding.Mesh(np.array(devices), (axis,))
+        return sharding.make_mesh({axis: devices})
+    return sharding.make_mesh({axis: len(devices)}, devices=list(devices))

@@ -99,15 +99,15 @@ def _embed(m, tokens):
     return jnp.take(m.embed, tokens, axis=0, mode="fill", fill_value=jnp.nan)
 
 
-def _check_tokens(tokens, vocab: int, checks=None) -> None:
+def _check_tokens(tokens, vocab: int) -> None:
     # A gather clamps out-of-vocab ids and wraps negative ones; concrete ids are checked here.
-    # Traced ids in a Graph (a cache bound to its IndexChecks) are checked before its step runs,
-    # like its positions; in a user's own jit they read NaN (see _embed): no round trip per call.
+    # Traced ids are checked before a stateful step runs (the CachedDecoder), like its positions;
+    # in a user's own jit they read NaN (see _embed): no error_if, no round trip per call.
     if jxi.is_tracer(tokens):
-        if checks is not None and tokens.size:
+        if tokens.size:
             what = f"token ids (the vocabulary V={vocab})"
-            check_index(jnp.min(tokens), vocab, what=what, checks=checks)
-            check_index(jnp.max(tokens), vocab, what=what, checks=checks)
+            check_index(jnp.min(tokens), vocab, what=what, error_in_jit=False)
+            check_index(jnp.max(tokens), vocab, what=what, error_in_jit=False)
         return
     arr = np.asarray(tokens)
     if arr.size and (arr.min() < 0 or arr.max() >= vocab):
@@ -201,12 +201,13 @@ def step(
     """
     b, n = tokens.shape
     d = m.dims
-    _check_tokens(tokens, d.V, cache.checks)
-    # Checked where the cache checks its own positions: by eqx.error_if in a plain jit, or in
-    # the step's IndexChecks when the cache is a Graph's state (a bad pos then changes nothing).
+    _check_tokens(tokens, d.V)
+    # Checked as the cache checks its own positions: by eqx.error_if in a plain jit, before the
+    # step in a stateful one (the CachedDecoder: a bad pos then changes nothing). The cache is
+    # given the unchecked `pos`, so its checks do not depend on this one's error_if.
     what = f"positions of the context T={d.T}"
-    pos = check_index(pos, d.T, what=what, extent=n, checks=cache.checks)
-    x = _embed(m, tokens) + lax.dynamic_slice_in_dim(m.pos, pos, n)[None]
+    at = check_index(pos, d.T, what=what, extent=n)
+    x = _embed(m, tokens) + lax.dynamic_slice_in_dim(m.pos, at, n)[None]
     heads, hd = d.H, d.D // d.H
     for layer in range(d.L):
         k = (x @ m.wk[layer]).reshape(b, n, heads, hd)

@@ -1,0 +1,105 @@
+"""The inputs of a stateful step made canonical: numeric arrays of JAX's dtypes, never weak-typed,
+so a new value never recompiles, and nothing that would change meaning on the way (an int too wide
+for JAX's int dtype, a float that would become inf) passes silently."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from . import _jax_internals as jxi
+
+__all__ = ["TooWideError", "canonical", "named_leaves", "saturated", "too_wide"]
+
+
+def _int() -> np.dtype:
+    """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
+    return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+
+class TooWideError(Exception):
+    """An integer input does not fit JAX's int dtype (`pos=2**31`); the shell raises the coded
+    error (an index error, or an input error) once it knows how the input is used."""
+
+
+def too_wide(x) -> bool:
+    """Whether `x` is an integer input with a value JAX's int dtype cannot hold."""
+    if type(x) is int:
+        bound = 1 << (8 * _int().itemsize - 1)
+        return not -bound <= x < bound
+    if isinstance(x, np.integer | np.ndarray) and np.asarray(x).dtype.kind in "iu" and np.size(x):
+        arr = np.asarray(x)
+        info = np.iinfo(jax.dtypes.canonicalize_dtype(arr.dtype))
+        return int(arr.min()) < info.min or int(arr.max()) > info.max
+    return False
+
+
+def saturated(x) -> np.ndarray:
+    """A too-wide integer input clipped into JAX's int dtype: out of any range it indexes, so it
+    fails the same index checks the real value would."""
+    arr = np.asarray(x, dtype=object if type(x) is int else None)
+    dtype = _int() if type(x) is int else np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype))
+    info = np.iinfo(dtype)
+    return np.asarray(np.clip(arr, info.min, info.max), dtype)
+
+
+def _canonical(x, name: str, error: type, lenient: bool):
+    if isinstance(x, jax.Array):
+        if jxi.is_tracer(x):
+            raise error(
+                f"`{name}` was called with traced inputs (inside jax.jit, grad or vmap); it is "
+                "itself a compiled program that keeps its state on the device",
+                fix="call it from Python, or use the pure function it wraps (e.g. "
+                "transformer.step) inside your own jit",
+            )
+        # A weak type (`jnp.asarray(3)`) would select another program than `np.int32(3)`.
+        return jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x
+    if not isinstance(x, bool | int | float | complex | np.generic | np.ndarray):
+        raise error(
+            f"an input of `{name}` is a {type(x).__name__} ({x!r:.60}), not an array or a number",
+            fix="pass arrays, numbers or pytrees of them; fixed configuration belongs in __init__",
+        )
+    if too_wide(x):  # a cast would wrap it around
+        if lenient:
+            return saturated(x)
+        raise TooWideError
+    arr = np.asarray(x, _int()) if type(x) is int else np.asarray(x)
+    if arr.dtype.kind not in "biufc":
+        raise error(
+            f"an input of `{name}` has dtype {arr.dtype}", fix="pass numeric arrays or numbers"
+        )
+    dtype = jax.dtypes.canonicalize_dtype(arr.dtype)
+    if arr.dtype == dtype:
+        return arr
+    with np.errstate(over="ignore"):  # an overflow is refused below, with the value
+        cast = arr.astype(dtype)
+    if arr.dtype.kind in "fc" and arr.size:
+        lost = np.isfinite(arr) & ~np.isfinite(cast)
+        if lost.any():
+            raise error(
+                f"`{name}` got a float input holding {arr[lost].flat[0]!r}, which does not "
+                f"fit JAX's {np.dtype(dtype).name} (jax_enable_x64 is off): it would become inf",
+                fix=f"pass values within the range of {np.dtype(dtype).name}",
+            )
+    return cast
+
+
+def canonical(name: str, inputs, error: type, *, lenient: bool = False):
+    """`inputs` (a pytree) with every leaf an array of JAX's canonical dtype, never weak-typed.
+
+    Raises:
+        error: (the caller's coded input error) for a leaf that is not numeric, or a tracer.
+        TooWideError: for an int too wide for JAX's int dtype; with `lenient`, it is clipped into it
+            instead (see `saturated`).
+    """
+    return jax.tree.map(lambda x: _canonical(x, name, error, lenient), inputs)
+
+
+def named_leaves(inputs) -> list[tuple[str, object]]:
+    """`(name, leaf)` for `(args, kwargs)`: the keyword (`pos`), or `input N`, plus any path."""
+    out = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(inputs)[0]:
+        head, first, rest = path[0].idx, path[1], path[2:]
+        label = f"input {first.idx}" if head == 0 else str(first.key)
+        out.append((label + "".join(str(k) for k in rest), leaf))
+    return out

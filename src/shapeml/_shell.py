@@ -1,0 +1,277 @@
+"""The one shell for stateful compiled steps: a pure step and the values it carries between calls.
+
+Everything in shapeml that keeps values on the device between compiled calls is this shell around
+one pure function `step(model, carry, *inputs) -> (outputs, carry)`: a `TrainStep` (its carry is
+the model and its optimizer), a `state.Graph` (its states) and the cached decoder (its KV cache).
+The step is traced once per input signature (the one compile cache, `_compile_cache.py`) and
+compiled with the carry donated, so XLA updates it in place; the model is uploaded once and never
+donated. Index checks in the step (`_index.check_index`) run first, as a program of their own,
+so a bad index raises before anything is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from . import _jax_internals as jxi
+from ._compile_cache import CompileCache, Signature
+from ._errors import ShapemlError
+from ._index import StateIndexError, coded_check_failure, coded_runtime_failure
+from ._inputs import TooWideError, canonical, named_leaves, saturated, too_wide
+
+__all__ = ["CarryChangedError", "Shell", "StepInputError"]
+
+
+class StepInputError(
+    ShapemlError,
+    TypeError,
+    code="E1410",
+    title="stateful step input is not an array",
+    explanation="""
+Every input of a stateful compiled step (a `state.Graph` call, a `TrainStep` batch, a
+`CachedDecoder` call) must be an array, a Python number or a pytree of them: each becomes a traced
+value of the compiled program, so a new value never recompiles. Configuration that changes the
+program belongs in the constructor. An integer must fit JAX's int dtype (int32, or int64 with
+`jax_enable_x64`), and a float the float dtype it becomes; one that does not is refused rather than
+wrapped around or turned into inf (an integer the step uses as an index is an E1401 index error
+instead). The step cannot be called from inside a traced function (`jax.jit`, `grad`, `vmap`): it
+is itself a compiled program that keeps its carry on the device; call the pure function it wraps
+in your own `jit` instead.
+""",
+):
+    pass
+
+
+class CarryChangedError(
+    ShapemlError,
+    ValueError,
+    code="E1414",
+    title="a step changed the structure of what it carries",
+    explanation="""
+A stateful step must return its carry with the same structure, shapes and dtypes it was given: the
+carry's buffers are donated and updated in place, and the next call is compiled for them. A loss
+that returns an updated model (BatchNorm's running statistics) must return a model of the same
+class and dims, each buffer in its declared dtype; a graph's body must write each state with its
+declared shape and dtype. The message lists the entries that changed.
+""",
+):
+    pass
+
+
+def _abstract(x) -> Any:
+    """What a leaf is compiled for: its shape, dtype and, for a device array, its placement."""
+    if isinstance(x, jax.Array):
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+    return x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
+
+
+def _owned(x: jax.Array) -> jax.Array:
+    """A copy the shell owns: its buffer is donated to every call, so the caller's stays valid.
+    (On CPU, `device_put` of a numpy array may alias it: the copy is a real one.)"""
+    x = jnp.asarray(x)
+    return jax.jit(jnp.copy, out_shardings=x.sharding)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Program:
+    """The compiled step of one input signature, and its compiled checks (None: the step has
+    none)."""
+
+    step: Any
+    checks: Any
+    out_def: Any  # the structure of the outputs
+
+
+class Shell:
+    """A compiled pure step `step(model, carry, *inputs) -> (outputs, carry)` with its carry.
+
+    Args:
+        step: the pure function. `model` is read-only (uploaded once); `carry` is returned updated
+            with the same structure, shapes and dtypes; `outputs` is any pytree of arrays.
+        model: any pytree of arrays (an `sm.Model`, a dict of them, or None).
+        carry: any pytree of arrays (an `sm.Model`, a tuple of a model and its optimizer, ...),
+            copied (the shell donates its own buffers to each call), keeping each leaf's placement.
+        name: how errors name the step.
+        copy: False when the caller hands over a carry it will not use again (device arrays that
+            own their memory): the shell takes those buffers as they are.
+
+    Example:
+        >>> shell = Shell(lambda m, total, x: (total + x @ m.w, total + x @ m.w), m, zeros)
+        >>> y = shell(x)          # one compile per input signature; shell.carry is updated
+    """
+
+    def __init__(
+        self, step: Callable, model: Any, carry: Any, *, name: str = "step", copy: bool = True
+    ):
+        self.name = name
+        self._fn = step
+        self._model, self._model_def = jax.tree.flatten(model)
+        leaves, self._carry_def = jax.tree.flatten(carry)
+        self._carry = [_owned(x) for x in leaves] if copy else leaves
+        self._programs: CompileCache[_Program] = CompileCache(self._compile)
+
+    # the values ---------------------------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        return jax.tree.unflatten(self._model_def, self._model)
+
+    @model.setter
+    def model(self, model: Any) -> None:
+        """New model values of the same structure, shapes and dtypes (no recompile)."""
+        leaves = self._same(self._model, self._model_def, model, "model")
+        self._model = [jax.device_put(x, old.sharding) for x, old in zip(leaves, self._model)]
+
+    @property
+    def carry(self) -> Any:
+        """The carry now (its buffers are donated by the next call: copy what you keep)."""
+        return jax.tree.unflatten(self._carry_def, self._carry)
+
+    @carry.setter
+    def carry(self, carry: Any) -> None:
+        """A new carry of the same structure, shapes and dtypes, placed as the old one."""
+        leaves = self._same(self._carry, self._carry_def, carry, "carry")
+        self._carry = [
+            _owned(jax.device_put(x, old.sharding)) for x, old in zip(leaves, self._carry)
+        ]
+
+    def _same(self, old: Sequence, treedef, new: Any, what: str) -> list:
+        leaves, new_def = jax.tree.flatten(new)
+        changed = _changes(old, treedef, leaves, new_def)
+        if changed:
+            raise CarryChangedError(
+                f"`{self.name}` was given a new {what} that differs from its old one: {changed}",
+                fix=f"pass a {what} of the same structure, shapes and dtypes",
+            )
+        return leaves
+
+    @property
+    def compile_count(self) -> int:
+        """How many input signatures were traced and compiled."""
+        return self._programs.builds
+
+    # running ------------------------------------------------------------------------------------
+    def __call__(self, *inputs, **kwargs):
+        """Runs the step: its checks first (a failed one raises and changes nothing), then the
+        step itself, the carry donated. Returns the outputs."""
+        program, dynamic = self._program(inputs, kwargs)
+        self._check(program, dynamic)
+        out, self._carry = program.step(*self._model, *self._carry, *dynamic)
+        return jax.tree.unflatten(program.out_def, out)
+
+    def check(self, *inputs, **kwargs) -> None:
+        """Runs only the step's checks for these inputs (compiling it if needed): raises what a
+        call would raise, and runs nothing else."""
+        self._check(*self._program(inputs, kwargs))
+
+    def _program(self, inputs: tuple, kwargs: dict) -> tuple[_Program, list]:
+        try:
+            tree = canonical(self.name, (inputs, kwargs), StepInputError)
+        except TooWideError:
+            self._too_wide(inputs, kwargs)
+        key, leaves = Signature.of(tree)
+        dynamic = [leaves[i] for i in key.dynamic()]
+        self._inputs = dynamic  # a new program is compiled for these inputs' placement too
+        return self._programs.get(key), dynamic
+
+    def _too_wide(self, inputs: tuple, kwargs: dict) -> None:
+        """Raises for an int input too wide for JAX's int dtype (`pos=2**31`): the index error
+        (E1401) when the step checks it as an index (its checks run on the input clipped into
+        range, which fails them the same way), else `StepInputError` (E1410)."""
+        named = named_leaves((inputs, kwargs))
+        clipped = canonical(self.name, (inputs, kwargs), StepInputError, lenient=True)
+        key, leaves = Signature.of(clipped)
+        self._inputs = dynamic = [leaves[i] for i in key.dynamic()]
+        try:
+            self._check(self._programs.get(key), dynamic)
+        except StateIndexError as e:
+            for _, value in named:
+                if too_wide(value):  # name the real value, not the clipped one
+                    e.message = e.message.replace(f" {saturated(value)} ", f" {value} ")
+            raise e from None
+        label, value = next((n, v) for n, v in named if too_wide(v))
+        raise StepInputError(
+            f"`{self.name}` got the input `{label}` = {_shown(value)}, which does not fit JAX's "
+            f"{saturated(value).dtype}",
+            fix="pass values within that dtype's range (or enable jax_enable_x64)",
+        )
+
+    def _check(self, program: _Program, dynamic: list) -> None:
+        if program.checks is None:
+            return
+        try:
+            message = (err := program.checks(*self._model, *self._carry, *dynamic)).get()
+        except Exception as e:  # an `eqx.error_if` on a checked index (a check of a check)
+            coded = coded_runtime_failure(e)
+            if coded is None:
+                raise
+            raise coded from None
+        if message is not None:
+            coded = coded_check_failure(message)
+            if coded is None:
+                err.throw()  # a check of the user's own: checkify's error, as it reports it
+            raise coded
+
+    def _compile(self, key: Signature) -> _Program:
+        nm, nc = len(self._model), len(self._carry)
+        record: dict[str, Any] = {}
+
+        def flat(*args):
+            model = jax.tree.unflatten(self._model_def, args[:nm])
+            carry = jax.tree.unflatten(self._carry_def, args[nm : nm + nc])
+            inputs, kwargs = key.rebuild(args[nm + nc :])
+            out, new = self._fn(model, carry, *inputs, **kwargs)
+            new_leaves, new_def = jax.tree.flatten(new)
+            changed = _changes(args[nm : nm + nc], self._carry_def, new_leaves, new_def)
+            if changed:
+                raise CarryChangedError(
+                    f"`{self.name}` returned a carry that differs from the one it was given: "
+                    f"{changed}",
+                    fix="return the carry with the structure, shapes and dtypes it came in with",
+                )
+            out_leaves, record["out"] = jax.tree.flatten(out)
+            return out_leaves, new_leaves
+
+        args = [*map(_abstract, self._model), *map(_abstract, self._carry)]
+        args += [_abstract(x) for x in self._inputs]
+        # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
+        shardings = (None, [x.sharding for x in self._carry])
+        traced = jax.jit(flat, donate_argnums=tuple(range(nm, nm + nc)), out_shardings=shardings)
+        traced = traced.trace(*args)
+        checks = None
+        if jxi.has_checks(traced.jaxpr.jaxpr):
+            # Checkified from the traced program, not the Python step (the step is traced once),
+            # pruned to what the checks need: not the step, nor its own `eqx.error_if`s.
+            closed = traced.jaxpr
+            pruned, _ = jxi.dce(closed, [False] * len(closed.out_avals), keep_inputs=True)
+            run = jxi.as_fun(pruned)
+            only_errors = lambda *a: checkify.checkify(run, errors=checkify.user_checks)(*a)[0]  # noqa: E731
+            checks = jax.jit(only_errors).trace(*args).lower().compile()
+        step = traced.lower().compile()
+        return _Program(step, checks, record["out"])
+
+
+def _shown(value) -> str:
+    arr = np.asarray(value, dtype=object if type(value) is int else None)
+    return f"{value}" if arr.ndim == 0 else f"an array of {arr.min()}..{arr.max()}"
+
+
+def _changes(old: Sequence, old_def, new: Sequence, new_def) -> str:
+    """What differs between two flattened carries (structure, shapes, dtypes), or ""."""
+    if old_def != new_def:
+        return f"its structure {new_def} is not {old_def}"
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        jax.tree.unflatten(old_def, old))[0]]  # fmt: skip
+    diffs = [
+        f"{path or 'carry'}: {tuple(np.shape(b))} {jnp.result_type(b)} instead of "
+        f"{tuple(np.shape(a))} {jnp.result_type(a)}"
+        for path, a, b in zip(paths, old, new, strict=True)
+        if np.shape(a) != np.shape(b) or jnp.result_type(a) != jnp.result_type(b)
+    ]
+    return "; ".join(diffs[:8]) + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")

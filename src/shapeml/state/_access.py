@@ -1,0 +1,321 @@
+"""A graph's tensors seen from the host, by dotted name: its weights (declared values) and its states
+(one `sm.Model`, the shell's carry, and its host mirror for `reference`).
+
+`GraphAccess` is the half of `Graph` that reads, writes, saves and loads them; every entry is
+paired with its declaration by dotted name (`total`, `kv_cache.k`, `model.emb`), never by position.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from .._cast import cast_host_array
+from .._errors import similar
+from .._validate import shorten
+from ..models import Model
+from ..models._introspect import dotted_name
+from ..models._limits import check_size, max_bytes_of
+from ._decl import Declared, states_class
+from ._errors import LoadStateDictError, StateAllocationError, StateNotFoundError, UnboundParamError
+from ._handles import ParamHandle, StateHandle
+
+__all__ = ["GraphAccess"]
+
+
+def _by_name(tree) -> dict[str, Any]:
+    return {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
+
+
+def _build(cls: type[Model], by_name: Mapping[str, Any], prefix: str = "") -> Model:
+    """A states model (buffers and sub-models only) from its leaves by dotted name."""
+    values = {}
+    for name, spec in cls.__shapeml_fields__.items():
+        if spec.kind == "submodel":
+            values[name] = _build(spec.model, by_name, f"{prefix}{name}.")
+        else:
+            values[name] = by_name[prefix + name]
+    return cls(**values)
+
+
+class GraphAccess:
+    """Host access to a graph's weights and states (the base of `Graph`)."""
+
+    _decls: dict[str, Declared]
+
+    # the tensors --------------------------------------------------------------------------------
+    @property
+    def _sealed(self) -> bool:
+        return self._shell is not None or self._pending is not None
+
+    def _table(self) -> dict[str, tuple[str, str, jax.ShapeDtypeStruct]]:
+        """Every leaf by full dotted name: `(attribute, leaf name, spec)`."""
+        return {
+            d.full_name(leaf): (attr, leaf, spec)
+            for attr, d in self._decls.items()
+            for leaf, spec in d.leaves.items()
+        }
+
+    def _weights(self) -> dict[str, Any]:
+        out = {}
+        for attr, decl in self._decls.items():
+            if decl.kind != "param":
+                continue
+            if decl.value is None:
+                raise UnboundParamError(
+                    f"weight `{decl.name}` of `{type(self).__name__}` was declared by shape "
+                    f"{decl.template.shape} and has no value yet",
+                    fix=f"bind it first: graph.load_state_dict({{'{decl.name}': array}})",
+                )
+            out[attr] = decl.value
+        return out
+
+    def _device_weights(self) -> dict[str, Any]:
+        """The weights uploaded, each on its declaration's placement."""
+        weights = self._weights()
+        return {a: jax.device_put(v, self._placement(self._decls[a])) for a, v in weights.items()}
+
+    def _placement(self, decl: Declared):
+        """Where a declaration lives: its sharding; else, when another declaration is on a mesh,
+        replicated on that mesh (one program spans one set of devices); else the default device."""
+        if decl.sharding is not None:
+            return decl.sharding
+        mesh = next(
+            (
+                d.sharding.mesh
+                for d in self._decls.values()
+                if isinstance(d.sharding, NamedSharding)
+            ),
+            None,
+        )
+        return None if mesh is None else NamedSharding(mesh, PartitionSpec())
+
+    def _zeros(self, device=None) -> Model:
+        """Fresh zero states (on `device`, or each on its declared sharding)."""
+        decls = [d for d in self._decls.values() if d.kind == "state"]
+        cls = states_class(type(self).__name__, decls)
+        check_size(cls, cls.dims, max_bytes_of(None), f"`{type(self).__name__}`'s states")
+        by_name = {}
+        for d in decls:
+            for leaf, s in d.leaves.items():
+                name = d.full_name(leaf)
+                by_name[name] = _allocate(f"state `{name}`", s, device or self._placement(d))
+        return _build(cls, by_name)
+
+    def _states(self) -> Model:
+        if self._shell is not None:
+            return self._shell.carry
+        if self._pending is None:  # the states are made once, on first use: declarations close
+            self.__dict__["_pending"] = self._zeros()
+        return self._pending
+
+    def _set_states(self, states: Model) -> None:
+        if self._shell is not None:
+            self._shell.carry = states  # placed as the old states, copied: the shell owns it
+        else:
+            place = lambda new, old: jnp.array(jax.device_put(new, old.sharding), copy=True)  # noqa: E731
+            self.__dict__["_pending"] = jax.tree.map(place, states, self._states())
+
+    def _host_states(self) -> Model:
+        if self._host is None:
+            self.__dict__["_host"] = self._zeros(jax.devices("cpu")[0])
+        return self._host
+
+    def _unpack(self, states: Model) -> dict[str, Any]:
+        """Each state's value by attribute (an array, or its declared pytree) from the model."""
+        by_name = _by_name(states)
+        out = {}
+        for attr, d in self._decls.items():
+            if d.kind == "state":
+                leaves = [by_name[d.full_name(leaf)] for leaf in d.leaves]
+                out[attr] = jax.tree.unflatten(jax.tree.structure(d.template), leaves)
+        return out
+
+    def _pack(self, states: Model, values: dict[str, Any]) -> Model:
+        """`states` with each leaf taken from the values by attribute (the inverse of `_unpack`)."""
+        by_name = {}
+        for attr, value in values.items():
+            d = self._decls[attr]
+            by_name.update({d.full_name(k): x for k, x in _by_name(value).items()})
+        return jax.tree_util.tree_map_with_path(
+            lambda p, old: by_name.get(dotted_name(p), old), states
+        )
+
+    def _handle(self, attr: str):
+        return (ParamHandle if self._decls[attr].kind == "param" else StateHandle)(self, attr)
+
+    def _attr_of(self, name: Any, kind: str | None = None) -> str:
+        if not isinstance(name, str):
+            raise StateNotFoundError(
+                f"`{type(self).__name__}` names its weights and states by strings, got "
+                f"{shorten(name)} ({type(name).__name__})",
+                fix="pass the state's name, e.g. graph.read('total'); graph.state_dict() lists them",
+            )
+        attr = next((a for a, d in self._decls.items() if name in (a, d.name)), None)
+        if attr is None:
+            names = [d.name for d in self._decls.values()]
+            raise StateNotFoundError(
+                f"`{type(self).__name__}` has no weight or state named `{name}` (it has: "
+                f"{', '.join(f'`{n}`' for n in names) or 'none'})",
+                fix=similar(name, names, what="state") or "declare it in __init__ with state(...)",
+            )
+        if kind == "state" and self._decls[attr].kind != "state":
+            raise StateNotFoundError(
+                f"`{name}` is a weight of `{type(self).__name__}`, not a state",
+                fix=f"read a weight with graph.{attr}.host",
+            )
+        return attr
+
+    # public host access -----------------------------------------------------------------------
+    @property
+    def states(self) -> Model:
+        """A snapshot of every state as one `sm.Model` (class `<Graph>State`), a buffer per state
+        named like `state_dict()`: `sm.save(path, graph.states)` saves them, and
+        `graph.load_states(sm.load(path, like=graph.states))` brings them back."""
+        return jax.tree.map(jnp.copy, self._states())
+
+    def load_states(self, states: Any) -> None:
+        """Sets every state from an `sm.Model` like `graph.states` (e.g. from `sm.load`).
+
+        Raises:
+            LoadStateDictError: (E1405) listing every missing, unexpected or wrong-shape buffer;
+                nothing is loaded then.
+        """
+        if not isinstance(states, Model):
+            raise LoadStateDictError(
+                f"load_states takes an sm.Model like graph.states, got {type(states).__name__}",
+                fix="pass graph.states, or sm.load(path, like=graph.states)",
+            )
+        self._load(_by_name(states), require="states")
+
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def read(self, name: str):
+        """A host numpy copy of the device state `name` (a pytree of them for a pytree state)."""
+        attr = self._attr_of(name, "state")
+        return jax.tree.map(np.array, self._unpack(self._states())[attr])
+
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def reset(self, *names: str) -> None:
+        """Zeroes the named states (all by default), on the device and in the host mirror."""
+        attrs = {self._attr_of(n, "state") for n in names}
+        states, host = self._states(), self._host_states()
+        zero = lambda tree: jax.tree.map(jnp.zeros_like, tree)  # noqa: E731
+        pick = lambda tree: {a: v for a, v in self._unpack(tree).items() if not attrs or a in attrs}  # noqa: E731
+        self._set_states(self._pack(states, zero(pick(states))))
+        self.__dict__["_host"] = self._pack(host, zero(pick(host)))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Host copies of every bound weight and every state, keyed by dotted name."""
+        out = {}
+        for d in self._decls.values():
+            if d.kind == "param" and d.value is not None:
+                out.update({d.full_name(k): np.array(v) for k, v in _by_name(d.value).items()})
+        states = _by_name(self._states())
+        out.update({k: np.array(v) for k, v in states.items()})
+        return out
+
+    @typing.no_type_check  # validates its argument itself (E1405 for anything but a dict)
+    def load_state_dict(self, entries: dict[str, Any]) -> None:
+        """Binds weights (and, when given, states) by dotted name, all or nothing.
+
+        Every declared weight must be present; states are optional. Each array must have the
+        declared shape; a float weight takes any float or int array, cast to its dtype.
+
+        Raises:
+            LoadStateDictError: (E1405) listing every missing, unexpected (with near-miss names)
+                and wrong-shape or wrong-kind entry; nothing is loaded then.
+        """
+        self._load(entries, require="weights")
+
+    def _load(self, entries: Any, *, require: str) -> None:
+        """Checks every entry, then binds them all or none. `require` is "weights" (each weight
+        must be present, states optional) or "states" (each state, and nothing else)."""
+        graph = type(self).__name__
+        if not isinstance(entries, Mapping):
+            raise LoadStateDictError(
+                f"`{graph}` takes a dict of arrays by dotted name, got {shorten(entries)} "
+                f"({type(entries).__name__})",
+                fix="pass a dict like graph.state_dict()",
+            )
+        table = self._table()
+        is_weight = {n: self._decls[a].kind == "param" for n, (a, _, _) in table.items()}
+        wanted = [n for n in table if is_weight[n] == (require == "weights")]
+        allowed = table if require == "weights" else wanted
+        problems = [
+            f"missing {'weight' if is_weight[n] else 'state'} `{n}`"
+            for n in wanted
+            if n not in entries
+        ]
+        hints, converted = [], {}
+        for key, value in entries.items():
+            if not isinstance(key, str):
+                problems.append(f"the key {shorten(key)} is not a string")
+                continue
+            if key not in allowed:
+                hint = similar(key, list(allowed), what="weight or state")
+                problems.append(f"unexpected key `{key}`" + (f" ({hint})" if hint else ""))
+                hints += [hint] if hint else []
+                continue
+            problem, converted[key] = _converted(key, value, table[key][2])
+            if problem:
+                problems.append(problem)
+        if problems:
+            raise LoadStateDictError(
+                f"cannot load into `{graph}` ({len(problems)} problem(s)):\n"
+                + "\n".join(f"  - {p}" for p in problems),
+                fix="\n".join(hints)
+                or "pass exactly the names in graph.state_dict(), with the declared shapes",
+            )
+        weights = {n: v for n, v in converted.items() if is_weight[n]}
+        for d in self._decls.values():
+            mine = {k: weights[d.full_name(k)] for k in d.leaves if d.full_name(k) in weights}
+            if d.kind == "param" and mine:
+                old = _by_name(d.value) if d.value is not None else {}
+                leaves = [mine.get(leaf, old.get(leaf)) for leaf in d.leaves]
+                d.value = jax.tree.unflatten(jax.tree.structure(d.template), leaves)
+        if weights and self._shell is not None:
+            self._shell.model = self._device_weights()
+        states = {n: v for n, v in converted.items() if not is_weight[n]}
+        if states:
+            replace = lambda p, x: states.get(dotted_name(p), x)  # noqa: E731
+            self._set_states(jax.tree_util.tree_map_with_path(replace, self._states()))
+            host = jax.device_put(states, jax.devices("cpu")[0])
+            self.__dict__["_host"] = jax.tree_util.tree_map_with_path(
+                lambda p, x: host.get(dotted_name(p), x), self._host_states()
+            )
+
+
+def _converted(key: str, value: Any, spec: jax.ShapeDtypeStruct) -> tuple[str, Any]:
+    """`("", array)` for an entry of the declared shape whose values fit the declared dtype, or
+    `(problem, None)`."""
+    try:
+        arr = np.asarray(value)
+    except Exception:  # a ragged list, an object numpy cannot convert
+        arr = None
+    if arr is None or arr.dtype.kind not in "biufcV":
+        return f"`{key}` is {shorten(value)}, not a numeric array", None
+    if tuple(arr.shape) != tuple(spec.shape):
+        return f"`{key}` has shape {tuple(arr.shape)}, expected {tuple(spec.shape)}", None
+    cast, why = cast_host_array(arr, spec.dtype)
+    return (f"`{key}`: {why}", None) if why else ("", np.array(cast, copy=True))
+
+
+def _allocate(what: str, spec: jax.ShapeDtypeStruct, where) -> jax.Array:
+    """A zero buffer the graph owns (on `where`: a device or a sharding); E1412 naming `what`
+    when the memory cannot be had, not a MemoryError or XLA's RESOURCE_EXHAUSTED."""
+    try:
+        return jnp.zeros(spec.shape, spec.dtype, device=where)
+    except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
+        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
+        raise StateAllocationError(
+            f"{what} of shape {tuple(spec.shape)} ({np.dtype(spec.dtype).name}, {size:,} bytes) "
+            f"could not be allocated: {shorten(str(e))}",
+            fix="declare a smaller state (fewer rows or a narrower width)",
+        ) from None
