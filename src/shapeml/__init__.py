@@ -6,7 +6,6 @@ Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`
 `shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
-# Names that moved to the zoo or the apps keep working under their old homes (see `_moved`).
 from . import _moved
 from . import data as data
 from . import hoisting as hoisting
@@ -60,6 +59,7 @@ from .sharding import memory_report as memory_report
 from .sharding import partition_specs as partition_specs
 from .sharding import shard as shard
 
+# Names that moved to the zoo or the apps keep working under their old homes (see `_moved`).
 _moved.install()
 
 __all__ = [
