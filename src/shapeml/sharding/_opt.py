@@ -115,12 +115,13 @@ def state_specs(m: Model, opt: Optimizer, plans: dict[str, FieldPlan], sizes: di
     def is_pair(x: Any) -> bool:
         return isinstance(x, _Paired)
 
-    reshaped = any(
-        p.plan is not None and np.shape(x) != p.plan.shape
-        for p, x in zip(
-            jax.tree.leaves(pairs, is_leaf=is_pair), jax.tree.leaves(opt.state), strict=True
-        )
+    reshaped = jax.tree.map(
+        lambda pair, leaf: pair.plan is not None and np.shape(leaf) != pair.plan.shape,
+        pairs,
+        opt.state,
+        is_leaf=is_pair,
     )
+    reshaped = any(jax.tree.leaves(reshaped))
     traced = _traced_specs(opt, params, plan_tree, sizes) if reshaped else None
     if traced is None:
         traced = replicated
