@@ -24,7 +24,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .._validate import shorten
-from ..sharding import field_plans, partition_spec, partition_specs
+from ..sharding import field_plans, partition_spec, partition_specs, shardings
 from ..sharding import make_mesh as sharding_make_mesh
 from ..state import KVCache
 from ._decode import Projection, generate_loop, project, step
@@ -166,8 +166,15 @@ def _put(x, sharding: NamedSharding):
 
 
 def place(tree, mesh: Mesh):
-    """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so)."""
-    return jax.tree.map(lambda x, s: _put(x, _sharding(mesh, s)), tree, specs(tree))
+    """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so).
+
+    Raises:
+        UnknownMeshAxisError, IndivisibleDimError: (E1902, E1903) for a model and a mesh without
+            a `tp` axis, or one whose size does not divide H and F.
+    """
+    if isinstance(tree, KVCache):
+        return jax.tree.map(lambda x: _put(x, _sharding(mesh, _CACHE_SPEC)), tree)
+    return jax.tree.map(_put, tree, shardings(tree, mesh, RULES))
 
 
 def place_tables(m, names: list[str], tables: list, tp: int) -> list:
