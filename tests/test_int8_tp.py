@@ -16,6 +16,7 @@ import pytest
 SCRIPT = textwrap.dedent(
     """
     import json
+    import warnings
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -33,6 +34,7 @@ SCRIPT = textwrap.dedent(
         return lax.psum(acc, axis), out
 
 
+    warnings.simplefilter("error")  # the documented path warns nothing (int8.make_mesh would)
     out = {}
     for seed, dims in enumerate([dict(d=32, heads=4, d_ff=64, vocab=16, ctx=12),
                                  dict(d=48, heads=8, d_ff=16, vocab=9, ctx=7, table_len=6)]):
@@ -70,7 +72,7 @@ SCRIPT = textwrap.dedent(
                                 [want[0], want[1], want[2].k, want[2].v]))
         res["prompt_next"] = m.prompt_next_tokens(prompt, tp=4) == m.prompt_next_tokens(prompt)
         # the pure pieces, composed by hand (the pairs traced, not folded in), are the unsplit step
-        mesh = int8.make_mesh(2)
+        mesh = sm.sharding.make_mesh({"tp": 2})
         exact = jax.jit(int8.tp_step(mesh))
         a = exact(placed[2], np.int32(1), np.int32(0), int8.place(m.init_cache(), mesh))
         b = m.decode_step(1, 0, m.init_cache())
@@ -80,7 +82,7 @@ SCRIPT = textwrap.dedent(
         # negative control: requant before the all-reduce is not the rule, and the logits show it
         # (greedy tokens may survive the extra rounding, so they are not the control)
         for tp in (2, 4):
-            mesh = int8.make_mesh(tp)
+            mesh = sm.sharding.make_mesh(f"tp={tp}")
             wrong = jax.jit(int8.tp_step(mesh, project=requant_first))
             c, diff = m.init_cache(), 0
             for pos in range(m.ctx):
@@ -143,3 +145,13 @@ def test_tp_prompt_next_tokens_pieces_and_placement(result, seed):
 def test_requant_before_psum_differs(result, seed, tp):
     # logits differ at most positions of the trace when partials are requantized before the sum
     assert result[seed][f"negative_control_{tp}"] >= 3
+
+
+def test_int8_make_mesh_is_a_deprecated_alias_of_sharding_make_mesh():
+    from shapeml import int8, sharding
+
+    with pytest.warns(DeprecationWarning, match=r"sharding\.make_mesh"):
+        mesh = int8.make_mesh(1)
+    assert mesh == sharding.make_mesh({"tp": 1})
+    with pytest.warns(DeprecationWarning), pytest.raises(int8.Int8TensorParallelError):
+        int8.make_mesh(0)

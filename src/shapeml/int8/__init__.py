@@ -38,7 +38,7 @@ from ._schema import FORMAT as FORMAT
 from ._tokenizer import Tokenizer as Tokenizer
 from ._tp import TensorPlacement as TensorPlacement
 from ._tp import TpManifest as TpManifest
-from ._tp import make_mesh as make_mesh
+from ._tp import make_mesh as make_mesh  # deprecated: sharding.make_mesh({"tp": N})
 from ._tp import place as place
 from ._tp import tp_generate as tp_generate
 from ._tp import tp_step as tp_step

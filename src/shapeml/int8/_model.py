@@ -1,8 +1,8 @@
 """`Int8Model`: the integer-only transformer's tables as an `sm.Model`, and its documented methods.
 
 The field declarations below are the one table of the model's tensors (names, shapes in dims,
-dtypes): the JSON file format (`_schema.py`), the tensor-parallel split (`_tp.py`) and every decode
-path read them from here. The dims share the float transformer's names (`shapeml.zoo.transformer`:
+dtypes): the JSON file format (`_schema.py`), the tensor-parallel split (the rule table of `_tp.py`,
+through `shapeml.sharding`) and every decode path read them from here. The dims share the float transformer's names (`shapeml.zoo.transformer`:
 V vocab, T ctx, D width, H heads, F FFN width), plus E, the exp table's length, and Dh = D // H,
 the head width. The methods are thin wrappers over pure functions of the model: `_reference.py`
 (numpy), `_decode.py` (JAX), `_programs.py` (compiled, one program per signature), `_tp.py`.
@@ -74,7 +74,8 @@ class Int8Model(Model):
     meta_json: str = static(default="{}")
     embed: Int8[Array, "V D"] = buffer(zeros)
     positions: Int8[Array, "T D"] = buffer(zeros)
-    # The head axis is spelled H*Dh: `_tp.py` splits every axis that reads H or F.
+    # The head axis is spelled H*Dh, laid out head after head: the tensor-parallel rule table
+    # {"H": "tp", "F": "tp"} splits it by its first factor, whole heads per device (`_tp.py`).
     wq: Int8[Array, "D H*Dh"] = buffer(zeros)
     wk: Int8[Array, "D H*Dh"] = buffer(zeros)
     wv: Int8[Array, "D H*Dh"] = buffer(zeros)

@@ -98,7 +98,7 @@ def _build(key: ProgramKey):
         fn = {"step": _step, "intermediates": step_body, "generate": generate_loop}[key.kind]
     else:
         make = {"step": _tp.tp_step, "generate": _tp.tp_generate}[key.kind]
-        fn = make(_tp.make_mesh(key.tp))
+        fn = make(_tp.tp_mesh(key.tp))
 
     def program(tables, *args):
         leaves = [*tables[:at], pairs, *tables[at:]]  # the pairs as numpy: constants
@@ -125,7 +125,7 @@ def _tables(e: _Entry, m, tp: IntLike | None) -> list:
     placed = e.placed.get(tp) if type(tp) is int else None  # a list would not even hash
     if placed is None:  # first tp call of this model: check tp, place the tables once
         _tp.check_tp(tp, e.dims)
-        placed = e.placed[tp] = _tp.place_tables(type(m), e.names, e.tables, tp)
+        placed = e.placed[tp] = _tp.place_tables(m, e.names, e.tables, tp)
     return placed
 
 

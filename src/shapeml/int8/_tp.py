@@ -1,7 +1,9 @@
 """Tensor-parallel decode, Megatron's split, on JAX's engine (`Mesh` + `shard_map`), and its manifest.
 
-The split is read from the model's field declarations: every axis that reads the heads dim H or
-the FFN dim F is split over the devices, everything else is replicated. So device c of a
+The split is the rule table `RULES = {"H": "tp", "F": "tp"}` placed through `shapeml.sharding`,
+the library's one placement: an axis spelled by the heads dim H (`H*Dh`, through its first factor)
+or the FFN dim F is split over the mesh axis `tp`, every other axis is replicated, and the KV cache,
+whose axes `KVCache.AXES` names, is split over its heads by the same table. So device c of a
 tp-device mesh owns heads c*H/tp .. (c+1)*H/tp (its columns of Wq, Wk, Wv, `[D H*Dh]`, and of the
 KV cache, and the matching rows of Wo, `[H*Dh D]`), and FFN columns c*F/tp .. of W1 with the same
 rows of W2. The row-split projections (Wo, W2) leave int32 partial sums that `project`
@@ -12,25 +14,25 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import equinox as eqx
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .._validate import shorten
-from ..models._dims import names_in
-from ..models._introspect import dotted_name
+from ..sharding import field_plans, partition_spec, partition_specs, shardings
+from ..sharding import make_mesh as sharding_make_mesh
 from ..state import KVCache
 from ._decode import Projection, generate_loop, project, step
 from ._errors import Int8TensorParallelError
 
 __all__ = [
     "AXIS",
-    "CACHE_SPEC",
+    "RULES",
     "TensorPlacement",
     "TpManifest",
     "check_tp",
@@ -42,12 +44,16 @@ __all__ = [
     "place_tables",
     "specs",
     "tp_generate",
+    "tp_mesh",
     "tp_step",
 ]
 
 AXIS = "tp"
-_SPLIT_DIMS = {"H": "heads", "F": "FFN columns"}  # dim -> what a device owns a share of
-_CACHE_HEADS_AXIS = 3  # KVCache arrays are [layers batch ctx heads head_dim]
+RULES = {"H": AXIS, "F": AXIS}  # Megatron's split: heads and FFN columns over the tp axis
+_OWNS = {"H": "heads", "F": "FFN columns"}  # what a device owns a share of, by the splitting dim
+# Every KVCache leaf (k, v: [L B T H Dh]) by the same table, split over its heads: one spec for
+# the whole cache, a pytree prefix, so no cache has to be built to name its specs.
+_CACHE_SPEC = partition_spec(KVCache.AXES, RULES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,45 +94,16 @@ class TpManifest:
         return "\n".join(lines)
 
 
-def _split(shape: tuple[int | str, ...]) -> tuple[int | None, str]:
-    """The axis of a declared shape to split (the first that reads H or F) and what it holds."""
-    for i, tok in enumerate(shape):
-        names = names_in(str(tok))
-        for dim, what in _SPLIT_DIMS.items():
-            if dim in names:
-                return i, what
-    return None, ""
-
-
-@functools.cache
-def _field_splits(cls) -> dict[str, tuple[int | None, str]]:
-    """Field name -> (split axis, what it holds), once per model class."""
-    return {n: _split(s.shape) for n, s in cls.__shapeml_fields__.items()}
-
-
-@functools.cache
-def _pspec(ndim: int, axis: int | None) -> P:
-    return P() if axis is None else P(*(AXIS if i == axis else None for i in range(ndim)))
-
-
-# Every KVCache leaf (k, v: [layers batch ctx heads head_dim]) is split over its heads: one spec
-# for the whole cache, a pytree prefix, so no cache has to be built to name its specs.
-CACHE_SPEC = _pspec(5, _CACHE_HEADS_AXIS)
-
-
 @functools.cache
 def _sharding(mesh: Mesh, spec: P) -> NamedSharding:
     return NamedSharding(mesh, spec)
 
 
 def specs(tree):
-    """The `PartitionSpec` of every leaf of a model or a KVCache, paired with its field by name."""
+    """The `PartitionSpec` of every leaf of a model or a KVCache, by the rule table `RULES`."""
     if isinstance(tree, KVCache):
-        return jax.tree.map(lambda a: CACHE_SPEC, tree)
-    splits = _field_splits(type(tree))
-    return jax.tree_util.tree_map_with_path(
-        lambda path, a: _pspec(np.ndim(a), splits[dotted_name(path)][0]), tree
-    )
+        return jax.tree.map(lambda a: _CACHE_SPEC, tree)
+    return partition_specs(tree, RULES)
 
 
 def check_tp(tp: Any, dims: Mapping[str, int], *, devices: bool = True) -> None:
@@ -151,30 +128,36 @@ def check_tp(tp: Any, dims: Mapping[str, int], *, devices: bool = True) -> None:
         )
 
 
+@functools.cache
+def tp_mesh(tp: int) -> Mesh:
+    """The one-axis mesh `"tp"` over the first tp devices (`sharding.make_mesh`), made once per tp."""
+    return sharding_make_mesh({AXIS: tp})
+
+
 def make_mesh(tp: Any) -> Mesh:
-    """A one-axis mesh (`"tp"`) over the first tp devices (one per tp: made once).
+    """Deprecated: `shapeml.sharding.make_mesh({"tp": tp})`, the library's one `make_mesh`.
 
     Raises:
         Int8TensorParallelError: (E1611) tp not a positive int, or more than the devices seen.
     """
+    warnings.warn(
+        "shapeml.int8.make_mesh(tp) is deprecated: use shapeml.sharding.make_mesh({'tp': tp})",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     if type(tp) is not int or not 1 <= tp <= len(jax.devices()):
         raise Int8TensorParallelError(
             f"tp = {shorten(tp)} is not a device count in 1..{len(jax.devices())}",
             fix="pass a positive int at most the number of devices (on CPU, set XLA_FLAGS="
             "--xla_force_host_platform_device_count=N before JAX starts)",
         )
-    return _make_mesh(tp)
-
-
-@functools.cache
-def _make_mesh(tp: int) -> Mesh:
-    return Mesh(np.asarray(jax.devices()[:tp]), (AXIS,))
+    return tp_mesh(tp)
 
 
 def mesh(m, tp: Any) -> Mesh:
     """The mesh of a tp-way split of `m`, after checking tp (Int8TensorParallelError, E1611)."""
     check_tp(tp, m.dims)
-    return make_mesh(tp)
+    return tp_mesh(tp)
 
 
 def _put(x, sharding: NamedSharding):
@@ -183,39 +166,51 @@ def _put(x, sharding: NamedSharding):
 
 
 def place(tree, mesh: Mesh):
-    """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so)."""
-    return jax.tree.map(lambda x, s: _put(x, _sharding(mesh, s)), tree, specs(tree))
+    """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so).
+
+    Raises:
+        UnknownMeshAxisError, IndivisibleDimError: (E1902, E1903) for a model and a mesh without
+            a `tp` axis, or one whose size does not divide H and F.
+    """
+    if isinstance(tree, KVCache):
+        return jax.tree.map(lambda x: _put(x, _sharding(mesh, _CACHE_SPEC)), tree)
+    return jax.tree.map(_put, tree, shardings(tree, mesh, RULES))
 
 
-def place_tables(cls, names: list[str], tables: list, tp: int) -> list:
-    """A model's array leaves (`names`: their dotted paths) placed on the tp-device mesh."""
-    splits, mesh = _field_splits(cls), make_mesh(tp)
-    return [
-        _put(x, _sharding(mesh, _pspec(np.ndim(x), splits[n][0])))
-        for n, x in zip(names, tables, strict=True)
-    ]
+def place_tables(m, names: list[str], tables: list, tp: int) -> list:
+    """`m`'s array leaves (`names`: their dotted paths) placed on the tp-device mesh."""
+    plans, mesh = field_plans(m, RULES), tp_mesh(tp)
+    return [_put(x, _sharding(mesh, plans[n].spec)) for n, x in zip(names, tables, strict=True)]
 
 
 def place_cache(k, v, tp: int):
     """A KVCache's k and v placed on the tp-device mesh, split over heads."""
-    sharding = _sharding(make_mesh(tp), CACHE_SPEC)
+    sharding = _sharding(tp_mesh(tp), _CACHE_SPEC)
     return _put(k, sharding), _put(v, sharding)
 
 
+def _spec_text(spec: P) -> str:
+    return (
+        "P(" + ", ".join("None" if e is None else repr(e) for e in spec) + ")"
+        if any(spec)
+        else "P()"
+    )
+
+
 def manifest(m, tp: Any) -> TpManifest:
-    """The placement of every tensor of `m` (its fields, then the KV cache) for a tp-way split."""
+    """The placement of every tensor of `m` (its fields, then the KV cache) for a tp-way split,
+    read from the plans of the rule table `RULES`."""
     check_tp(tp, m.dims, devices=False)
     out, reduced = {}, []
-    shapes = {n: s.shape_in(m.dims) for n, s in type(m).__shapeml_fields__.items()}
+    entries = [(p.name, p.shape, p.spec, p.rules) for p in field_plans(m, RULES).values()]
     cache_shape = (1, 1, m.dims.T, m.dims.H, m.dims.Dh)
-    entries = [(n, shapes[n], *_split(s.shape)) for n, s in type(m).__shapeml_fields__.items()]
-    entries += [(n, cache_shape, _CACHE_HEADS_AXIS, "heads") for n in ("k_cache", "v_cache")]
-    for name, shape, ax, what in entries:
+    entries += [(n, cache_shape, _CACHE_SPEC, KVCache.AXES) for n in ("k_cache", "v_cache")]
+    for name, shape, spec, dims in entries:
+        ax = next((i for i, e in enumerate(spec) if e is not None), None)
         if ax is None:
-            spec, slices, role = "P()", (), "replicated: each device holds all of it"
+            slices, role = (), "replicated: each device holds all of it"
         else:
-            n = shape[ax] // tp
-            spec = "P(" + ", ".join("'tp'" if i == ax else "None" for i in range(len(shape))) + ")"
+            n, what = shape[ax] // tp, _OWNS[dims[ax]]
             slices = tuple((i * n, (i + 1) * n) for i in range(tp))
             if name.endswith("_cache"):
                 role = "KVCache [layer batch ctx heads dh]: this device's heads"
@@ -224,7 +219,7 @@ def manifest(m, tp: Any) -> TpManifest:
                 reduced.append(f"psum({name}_acc) then requant {name}")
             else:
                 role = f"this device's {what}"
-        out[name] = TensorPlacement(name, shape, ax, spec, slices, role)
+        out[name] = TensorPlacement(name, shape, ax, _spec_text(spec), slices, role)
     return TpManifest(tp, m.dims.H // tp, m.dims.F // tp, out, tuple(reduced))
 
 
@@ -248,8 +243,8 @@ def tp_step(mesh: Mesh, *, project: Projection = project):
         f = jax.shard_map(
             local,
             mesh=mesh,
-            in_specs=(specs(arrays), P(), P(), CACHE_SPEC),
-            out_specs=(P(), P(), CACHE_SPEC),
+            in_specs=(specs(arrays), P(), P(), _CACHE_SPEC),
+            out_specs=(P(), P(), _CACHE_SPEC),
         )
         return f(arrays, tok, pos, cache)
 
@@ -271,7 +266,7 @@ def tp_generate(mesh: Mesh, *, project: Projection = project):
             local,
             mesh=mesh,
             in_specs=(specs(arrays), P(), P(), P()),
-            out_specs=(P(), P(), CACHE_SPEC),
+            out_specs=(P(), P(), _CACHE_SPEC),
         )
         return f(arrays, buf, plen, steps)
 

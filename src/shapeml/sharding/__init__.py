@@ -1,9 +1,10 @@
 """Scale out by named dims: a rule table from dim names to mesh axes places every field.
 
 `shard(m, mesh, {"D": "data"})` is FSDP, `{"F": "model"}` tensor parallel, `{}` data parallel;
-`partition_specs` plans without devices; `memory_report` counts bytes per device; `load` reads a
-checkpoint straight onto its shards; `step_shardings` lays out a training step. See
-`docs/scaling.md`.
+`partition_specs` plans without devices (`partition_spec` one array whose axes are named by
+dims, such as a KV cache); `memory_report` counts bytes per device; `load` reads a checkpoint
+straight onto its shards; `step_shardings` lays out a training step, its optimizer state paired
+with the params by structure. See `docs/scaling.md`.
 """
 
 from ._errors import AxisReusedError as AxisReusedError
@@ -21,6 +22,7 @@ from ._mesh import mesh_shape as mesh_shape
 from ._mesh import parse_rules as parse_rules
 from ._place import StepShardings as StepShardings
 from ._place import field_plans as field_plans
+from ._place import partition_spec as partition_spec
 from ._place import partition_specs as partition_specs
 from ._place import place_batch as place_batch
 from ._place import shard as shard
@@ -46,6 +48,7 @@ __all__ = [
     "memory_report",
     "mesh_shape",
     "parse_rules",
+    "partition_spec",
     "partition_specs",
     "place_batch",
     "shard",

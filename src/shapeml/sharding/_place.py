@@ -1,13 +1,17 @@
 """Placing a model, its optimizer state and its batches on a device mesh by a rule table.
 
 `partition_specs` needs no mesh (for planning, `shard_map` and `jax.jit(in_shardings=...)` under a
-mesh context); `shardings` and `shard` check the table against a mesh first. Everything is paired
-with its field by dotted name, never by position.
+mesh context); `shardings` and `shard` check the table against a mesh first; `partition_spec`
+places one array whose axes are named by dims (a KV cache). Fields are paired with their plans by
+dotted name, optimizer state with the params by structure (`_opt.py`), never by position.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import typing
+import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -15,16 +19,20 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._validate import instance
+from .._errors import ArgumentError
+from .._validate import instance, shorten
 from ..models import Model
 from ..models._introspect import dotted_name
-from ._errors import IndivisibleDimError, UnknownMeshAxisError
-from ._rules import FieldPlan, Rules, check_mesh, plan
+from ..optim import Optimizer
+from ._errors import AxisReusedError, IndivisibleDimError, UnknownMeshAxisError
+from ._opt import opt_shardings
+from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
 
 __all__ = [
     "StepShardings",
     "checked_plans",
     "field_plans",
+    "partition_spec",
     "partition_specs",
     "place_batch",
     "shard",
@@ -92,14 +100,78 @@ def shard(m: Model, mesh: Mesh, rules: Rules) -> Model:
     return jax.device_put(m, shardings(m, mesh, rules))
 
 
-def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
-    """Shardings for any pytree holding copies of `m`'s fields (optimizer state, gradients).
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def partition_spec(axes: Sequence[str], rules: Rules) -> P:
+    """The `PartitionSpec` of one array whose axes are named by dims, by the same rule table.
 
-    A leaf whose dotted path ends in a field's dotted name (`state.0.mu.blocks.0.w1` ends in
-    `blocks.0.w1`) and has that field's shape is placed like the field; every other leaf (step
-    counts, scalars) is replicated.
+    Each axis takes the mesh axes of the rule for its name; an axis no rule names is replicated.
+    Rules for dims the array does not have are ignored, so one table places a model and the
+    arrays beside it: `{"H": "tp", "F": "tp"}` splits the int8 transformer by heads and FFN
+    columns, and its KV cache (`KVCache.AXES`) by heads.
+
+    Example:
+        >>> sharding.partition_spec(KVCache.AXES, {"H": "tp", "F": "tp"})  # L B T H Dh
+        PartitionSpec(None, None, None, 'tp', None)
+
+    Raises:
+        ArgumentError: (E0002) for axes that are not a sequence of dim names.
+        RuleTableError: (E1905) for a malformed table.
+        AxisReusedError: (E1904) when two axes would be split over one mesh axis.
+    """
+    if isinstance(axes, str) or not isinstance(axes, Sequence):
+        raise ArgumentError(
+            f"`axes` must be a sequence of dim names, got {shorten(axes)} ({type(axes).__name__})",
+            fix='pass the array\'s axis names, e.g. ("L", "B", "T", "H", "Dh"); for a model use '
+            "partition_specs(m, rules)",
+        )
+    for name in axes:
+        if not (isinstance(name, str) and name.isidentifier()):
+            raise ArgumentError(
+                f"axis {shorten(name)} of {shorten(axes)} is not a dim name",
+                fix='name each axis by a dim, e.g. ("B", "T", "H", "Dh")',
+            )
+    table = dict(rules_table(rules))
+    split = [table.get(name, ()) for name in axes]
+    seen: dict[str, str] = {}
+    for name, mesh_axes in zip(axes, split, strict=True):
+        for a in mesh_axes:
+            if a in seen:
+                raise AxisReusedError(
+                    f"an array of axes [{' '.join(axes)}] would be split over mesh axis `{a}` "
+                    f"along both `{seen[a]}` and `{name}`",
+                    fix=f"map `{seen[a]}` or `{name}` to another mesh axis",
+                )
+            seen[a] = name
+    return P(*(None if not a else a[0] if len(a) == 1 else a for a in split))
+
+
+def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
+    """Shardings for `m`'s optimizer: a pytree like it, each leaf's `NamedSharding`.
+
+    Its state is paired with the params by structure (`optax.tree_map_params`): a leaf of a copy
+    of the params shaped like its param is placed like it, a reshaped one (Adafactor's row and
+    column statistics) as the optimizer's own init places it from the params' specs, and every
+    other leaf (step counts, scalars) is replicated; see `docs/scaling.md`. The same as
+    `step_shardings(m, tree, mesh, rules).opt`.
+
+    Deprecated for any other pytree: it is then placed by the old guess, a leaf whose dotted path
+    ends in a field's name and has that field's shape like the field, the rest replicated. Use
+    `shardings(m, mesh, rules)` for a model-shaped tree.
+
+    Raises:
+        OptimizerMismatchError: (E1201) for an optimizer of another model class; and the errors
+            of `shardings`.
     """
     plans = checked_plans(m, mesh, rules)
+    if isinstance(tree, Optimizer):
+        return opt_shardings(m, tree, plans, mesh)
+    warnings.warn(
+        "sharding.shardings_like(tree, ...) of a tree that is not an optim.Optimizer is "
+        "deprecated: it pairs leaves with fields by path suffix and shape. Pass the optimizer "
+        "(placed by structure), or use sharding.shardings(m, mesh, rules) for a model-shaped tree",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     replicated = NamedSharding(mesh, P())
 
     def one(path, leaf):
@@ -131,7 +203,8 @@ def step_shardings(
 
     Args:
         m: the model; its fields are placed by `rules`.
-        opt: its optimizer (any pytree); state shaped like a param is placed like the param.
+        opt: its optimizer (an `optim.Optimizer`), its state paired with the params by structure:
+            see `shardings_like`.
         mesh: the device mesh.
         rules: dim name -> mesh axis (or tuple of axes, or None).
         batch_axis: the mesh axis the batch's leading dim is split over; None replicates it.
@@ -144,10 +217,16 @@ def step_shardings(
     _check_axis(batch_axis, mesh)
     return StepShardings(
         model=shardings(m, mesh, rules),
-        opt=shardings_like(opt, m, mesh, rules),
+        opt=_opt(opt, m, mesh, rules),
         batch=NamedSharding(mesh, P(batch_axis)),
         replicated=NamedSharding(mesh, P()),
     )
+
+
+def _opt(opt: Any, m: Model, mesh: Mesh, rules: Rules):
+    if isinstance(opt, Optimizer):
+        return opt_shardings(m, opt, checked_plans(m, mesh, rules), mesh)
+    return shardings_like(opt, m, mesh, rules)  # deprecated: warns
 
 
 def _check_axis(axis: str | None, mesh: Mesh) -> None:
