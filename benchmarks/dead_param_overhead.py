@@ -18,7 +18,7 @@ from _timing import interleaved  # noqa: E402
 
 import shapeml as sm  # noqa: E402
 from shapeml.data import shapes  # noqa: E402
-from shapeml.models import spotter  # noqa: E402
+from shapeml.zoo import spotter  # noqa: E402
 
 
 def main() -> None:

@@ -1,4 +1,4 @@
-"""shapeml.models.transformer: forward vs numpy, cached decoding vs full recomputation."""
+"""shapeml.zoo.transformer: forward vs numpy, cached decoding vs full recomputation."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import shapeml as sm
-from shapeml.models import transformer as tr
+from shapeml.zoo import transformer as tr
 from shapeml.state import StateIndexError
 
 DIMS = dict(V=13, T=12, D=16, H=4, F=24, L=2)

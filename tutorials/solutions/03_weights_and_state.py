@@ -6,7 +6,7 @@ Run: python tutorials/solutions/03_weights_and_state.py
 import jax.numpy as jnp
 import numpy as np
 
-from shapeml.models import transformer as tr
+from shapeml.zoo import transformer as tr
 from shapeml.state import Graph, state
 
 rng = np.random.default_rng(0)

@@ -23,6 +23,7 @@ from .._validate import shorten
 from ..models import Model
 from ..models._introspect import dotted_name
 from ..models._limits import check_size, max_bytes_of
+from .._shell import Shell
 from ._decl import Declared, states_class
 from ._errors import LoadStateDictError, StateAllocationError, StateNotFoundError, UnboundParamError
 from ._handles import ParamHandle, StateHandle
@@ -51,10 +52,6 @@ class GraphAccess:
     _decls: dict[str, Declared]
 
     # the tensors --------------------------------------------------------------------------------
-    @property
-    def _sealed(self) -> bool:
-        return self._shell is not None or self._pending is not None
-
     def _table(self) -> dict[str, tuple[str, str, jax.ShapeDtypeStruct]]:
         """Every leaf by full dotted name: `(attribute, leaf name, spec)`."""
         return {
@@ -78,9 +75,26 @@ class GraphAccess:
         return out
 
     def _device_weights(self) -> dict[str, Any]:
-        """The weights uploaded, each on its declaration's placement."""
-        weights = self._weights()
-        return {a: jax.device_put(v, self._placement(self._decls[a])) for a, v in weights.items()}
+        """The weights uploaded, each on its declaration's placement (zeros stand in for one
+        declared by shape and not bound yet: a call refuses to run until it is)."""
+        return {
+            a: jax.device_put(
+                d.value if d.value is not None else jax.tree.map(jnp.zeros_like, d.template),
+                self._placement(d),
+            )
+            for a, d in self._decls.items()
+            if d.kind == "param"
+        }
+
+    def _shell_now(self) -> Shell:
+        """The graph's shell: its weights and states, made at first use (declarations close)."""
+        if self._shell is None:
+            shell = Shell(
+                self._pure, self._device_weights(), self._zeros(), name=type(self).__name__,
+                copy=False,  # the zero states are the graph's own: handed over, not copied
+            )  # fmt: skip
+            self.__dict__["_shell"] = shell
+        return self._shell
 
     def _placement(self, decl: Declared):
         """Where a declaration lives: its sharding; else, when another declaration is on a mesh,
@@ -110,18 +124,10 @@ class GraphAccess:
         return _build(cls, by_name)
 
     def _states(self) -> Model:
-        if self._shell is not None:
-            return self._shell.carry
-        if self._pending is None:  # the states are made once, on first use: declarations close
-            self.__dict__["_pending"] = self._zeros()
-        return self._pending
+        return self._shell_now().carry
 
     def _set_states(self, states: Model) -> None:
-        if self._shell is not None:
-            self._shell.carry = states  # placed as the old states, copied: the shell owns it
-        else:
-            place = lambda new, old: jnp.array(jax.device_put(new, old.sharding), copy=True)  # noqa: E731
-            self.__dict__["_pending"] = jax.tree.map(place, states, self._states())
+        self._shell_now().carry = states  # placed as the old states, copied: the shell owns it
 
     def _host_states(self) -> Model:
         if self._host is None:
@@ -280,8 +286,8 @@ class GraphAccess:
                 old = _by_name(d.value) if d.value is not None else {}
                 leaves = [mine.get(leaf, old.get(leaf)) for leaf in d.leaves]
                 d.value = jax.tree.unflatten(jax.tree.structure(d.template), leaves)
-        if weights and self._shell is not None:
-            self._shell.model = self._device_weights()
+        if weights:
+            self._shell_now().model = self._device_weights()
         states = {n: v for n, v in converted.items() if not is_weight[n]}
         if states:
             replace = lambda p, x: states.get(dotted_name(p), x)  # noqa: E731

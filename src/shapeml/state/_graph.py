@@ -19,7 +19,6 @@ import numpy as np
 from .._errors import similar
 from .._index import coded_runtime_failure
 from .._inputs import TooWideError, canonical
-from .._shell import Shell
 from ._access import GraphAccess
 from ._body import Run
 from ._decl import Declared, check_names
@@ -63,7 +62,7 @@ class Graph(GraphAccess):
 
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
-        self.__dict__.update(_decls={}, _shell=None, _pending=None, _host=None, _run=None)
+        self.__dict__.update(_decls={}, _shell=None, _host=None, _run=None)
         return self
 
     def body(self, *inputs, **per_call):
@@ -109,7 +108,7 @@ class Graph(GraphAccess):
 
     def _declare(self, attr: str, decl: Declared) -> None:
         where = f"`{type(self).__name__}.{attr}`"
-        if self._sealed:
+        if self._shell is not None:
             raise GraphDeclarationError(
                 f"{where} was declared after the graph was first called (or its states first "
                 "read): its states are made then",
@@ -154,7 +153,8 @@ class Graph(GraphAccess):
                 f"`{type(self).__name__}.body` ran the graph again from inside itself",
                 fix="call helper functions from body, not the graph",
             )
-        return self._compiled()(*inputs, **per_call)
+        self._weights()  # E1404 while a weight declared by shape is unbound
+        return self._shell_now()(*inputs, **per_call)
 
     def reference(self, *inputs, **per_call):
         """Runs `body` eagerly on the host, against the host mirror of the state (`.host`).
@@ -183,20 +183,11 @@ class Graph(GraphAccess):
         self.__dict__["_host"] = new
         return jax.tree.map(np.asarray, out)
 
-    def _compiled(self) -> Shell:
-        shell = self._shell
-        if shell is None:
-            weights = self._device_weights()
-            states = self._states()  # the graph's own buffers: handed over, not copied
-            shell = Shell(self._pure, weights, states, name=type(self).__name__, copy=False)
-            self.__dict__.update(_shell=shell, _pending=None)
-        return shell
-
     def _host_inputs(self, name: str, inputs: tuple, per_call: dict):
         try:
             return canonical(name, (inputs, per_call), GraphInputError)
         except TooWideError:  # the compiled path's checks say which error it is
-            self._compiled().check(*inputs, **per_call)
+            self._shell_now().check(*inputs, **per_call)
             raise
 
     def __repr__(self) -> str:

@@ -1,4 +1,4 @@
-"""The host's view of a graph's weights and states, outside `body`: `graph.total.host` and friends."""
+"""A graph's weight or state seen from the host, outside `body`: `graph.total.host` and friends."""
 
 from __future__ import annotations
 
@@ -10,14 +10,18 @@ import numpy as np
 __all__ = ["ParamHandle", "StateHandle"]
 
 
-class _Handle:
+class StateHandle:
+    """A state seen from the host (outside `body`).
+
+    `host` is a numpy copy of the host mirror that `graph.reference(...)` reads and writes;
+    `device` is the live device buffer of the compiled path (donated to, and replaced by, every
+    call); `read()` copies the device state to the host (as `graph.read(name)`).
+    """
+
     def __init__(self, graph, attr: str):
         self._graph = graph
         self._attr = attr
-
-    @property
-    def _decl(self):
-        return self._graph._decls[self._attr]
+        self._decl = graph._decls[attr]
 
     @property
     def name(self) -> str:
@@ -39,36 +43,25 @@ class _Handle:
     def sharding(self):
         return self._decl.sharding
 
-
-class StateHandle(_Handle):
-    """A state seen from the host (outside `body`).
-
-    `host` is the host mirror that `graph.reference(...)` reads and writes; `device` is the live
-    device buffer of the compiled path (replaced, its old buffer donated, by every call);
-    `graph.read(name)` copies the device state to the host.
-    """
-
     @property
     def host(self) -> Any:
-        """A numpy copy of the host mirror of this state (the reference path's state)."""
         g = self._graph
         return jax.tree.map(np.array, g._unpack(g._host_states())[self._attr])
 
     @property
     def device(self) -> Any:
-        """The device array (or pytree) holding this state now; invalid after the next call."""
         return self._graph._unpack(self._graph._states())[self._attr]
 
     def read(self) -> Any:
-        """A numpy copy of the device state (same as `graph.read(name)`)."""
         return self._graph.read(self.name)
 
     def __repr__(self) -> str:
-        return f"StateHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+        return f"{type(self).__name__}({self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
 
-class ParamHandle(_Handle):
-    """A weight seen from the host: `host` is its value as numpy, `device` the uploaded copy."""
+class ParamHandle(StateHandle):
+    """A weight seen from the host: `host` is its value as numpy, `device` the uploaded copy
+    (uploaded on first use, then never again)."""
 
     @property
     def host(self) -> Any:
@@ -76,8 +69,7 @@ class ParamHandle(_Handle):
 
     @property
     def device(self) -> Any:
-        """The weight on the device, uploaded on first use and then never again."""
-        return self._graph._compiled().model[self._attr]
+        return self._graph._shell_now().model[self._attr]
 
-    def __repr__(self) -> str:
-        return f"ParamHandle({self.name!r}, shape={self.shape}, dtype={self.dtype})"
+    def read(self) -> Any:
+        return self.host
