@@ -83,9 +83,10 @@ class Browser:
                 return answer.get("result", {})
             self.events.append(answer)
 
-    def wait_for(self, method: str, session: str, timeout=60.0) -> None:
+    def wait_for(self, method: str, session: str, timeout=60.0, since: int | None = None) -> None:
+        """Waits for event `method` of `session`: one after `events[since]` (default: a new one)."""
         deadline = time.monotonic() + timeout
-        seen = len(self.events)
+        seen = len(self.events) if since is None else since
         while True:
             for event in self.events[seen:]:
                 if event.get("method") == method and event.get("sessionId") == session:
