@@ -3,8 +3,8 @@
 - Ranking: each page gets mkdocs-material's `search.boost` by its kind (`SEARCH_BOOST`), so the
   guide and the API reference come before the tutorials and the whole-file pages of the example
   scripts and exercise solutions.
-- Left out of the index (`data-search-exclude`): a notebook's outputs (plots, tables, tracebacks)
-  and the hidden copies of its code for the copy button; the whole file shown on a script page
+- Left out of the index (`data-search-exclude`): a notebook's outputs (plots, tables, tracebacks),
+  the hidden copies of its code, its prompts and copy buttons; the whole file shown on a script page
   (its title and introduction stay); the API entries' "Used in" lines.
 - Sections: the theme splits a page into sections at its headings, but a notebook's headings sit
   inside their cells, so every cell after the first heading's would fall back into the page's
@@ -18,8 +18,14 @@ import re
 import docs_xref
 
 SEARCH_BOOST = {"guide": 2.0, "api": 2.0, "home": 1.0, "tutorial": 0.5, "script": 0.3}
-OUTPUTS = '<div class="jp-Cell-outputWrapper"'
-COPIES = '<div class="clipboard-copy-txt"'
+# A notebook's outputs, its hidden copies of the code, the prompts, copy buttons and cell tags.
+NOTEBOOK_NOISE = [
+    '<div class="jp-Cell-outputWrapper"',
+    '<div class="clipboard-copy-txt"',
+    '<div class="jp-InputPrompt',
+    '<div class="zeroclipboard-container"',
+    '<div class="celltoolbar"',
+]
 WHOLE_FILE = re.compile(r'<div class="(?:language-\w+ )?highlight"')
 
 
@@ -42,8 +48,8 @@ def prepare(html: str, kind: str, meta: dict) -> str:
     if kind == "script":
         return WHOLE_FILE.sub(lambda m: m.group(0) + " data-search-exclude", html, count=1)
     if kind == "tutorial":
-        html = html.replace(OUTPUTS, OUTPUTS + " data-search-exclude")
-        return html.replace(COPIES, COPIES + " data-search-exclude")
+        for noise in NOTEBOOK_NOISE:
+            html = html.replace(noise, noise.replace("<div", "<div data-search-exclude", 1))
     return html
 
 

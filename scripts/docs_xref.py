@@ -70,17 +70,15 @@ class Names:
         for qualified, target in entries.items():
             parts = qualified.split(".")[1:]  # without `shapeml`
             aliases = {qualified, ".".join(["sm", *parts])}
-            if target[1]:  # an object, not a package: `optim.adamw`, `spotter.predict`
-                aliases |= {".".join(parts[i:]) for i in range(len(parts) - 1)}
-                if not qualified.startswith(QUALIFIED_ONLY):
-                    aliases.add(parts[-1])
+            if target[1]:  # an object, not a package: `optim.adamw`, `spotter.predict`, `adamw`
+                aliases |= {".".join(parts[i:]) for i in range(len(parts))}
             for alias in aliases:
-                by_alias.setdefault(alias, set()).add(target)
-        targets = {}
-        for alias, found in by_alias.items():
-            top = entries.get(f"shapeml.{alias}")  # `load`: the top-level name wins
-            if len(found) == 1 or (top and top in found and "." not in alias):
-                targets[alias] = top if len(found) > 1 else next(iter(found))
+                bare = "." not in alias and qualified.startswith(QUALIFIED_ONLY)
+                by_alias.setdefault(alias, set()).add(("", "") if bare else target)
+        # A name that means two things (`param`: `sm.param` and `state.param`; `step`) is no
+        # API name unless qualified; nor is a bare zoo name (tutorials define their own `forward`).
+        targets = {a: next(iter(found)) for a, found in by_alias.items() if len(found) == 1}
+        targets = {alias: target for alias, target in targets.items() if target[0]}
         return cls(targets)
 
     def resolve(self, code: str) -> tuple[str, str, str] | None:
