@@ -97,8 +97,17 @@ def scrub_notebook(nb, root: Path) -> None:
                     out["data"][mime] = scrub_text(value, root)
 
 
+def _markers(root: Path) -> tuple[str, ...]:
+    """Texts one of which is in every path `build_machine_paths` finds (a fast first look)."""
+    _, prefixes = _scrubber(root)
+    temp = ("/tmp", "/var/", "/dev/shm", tempfile.gettempdir())
+    return (*prefixes, *temp, "-packages", "/home/", "/root/", "/Users/", "/work/", "/private/")
+
+
 def build_machine_paths(text: str, root: Path) -> list[str]:
     """The paths of this build machine (or of any home, temporary or build folder) in `text`."""
+    if not any(marker in text for marker in _markers(root)):
+        return []
     pattern, _ = _scrubber(root)
     found = [m.group(0) for m in pattern.finditer(text)]
     found += [text[m.start() : m.start() + 40].split()[0] for m in re.finditer(GENERIC, text)]
