@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 import docs_api
 from mkdocs.utils import get_relative_url
 
-# Tags whose text is not linked (already a link, a heading, a script) and tags that hold code.
+# A tag, a comment, or a script, style, svg or textarea with its content: what is not text.
 TOKEN = re.compile(
     r"<!--.*?-->|<(script|style|svg|textarea)\b.*?</\1\s*>|<(?:\"[^\"]*\"|'[^']*'|[^'\">])*>",
     re.S | re.I,
 )
 TAG_NAME = re.compile(r"</?([a-zA-Z][\w-]*)")
+# Tags whose text gets no link: already a link, a heading, a button, the page's title.
 NO_LINK = {"a", "h1", "h2", "h3", "h4", "h5", "h6", "button", "autoref", "title"}
 CODE_NAME = re.compile(r"@?(?P<name>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)(?P<rest>[(\[].*)?", re.S)
 ERROR_CODE = re.compile(r"(?<![\w/#-])([EW]\d{4})(?![\w-])")
@@ -59,6 +60,7 @@ class Names:
     """Which names in code are API names, and where each is documented."""
 
     targets: dict[str, tuple[str, str]]  # written name -> (API page source, anchor)
+    homes: dict[str, str] = field(default_factory=dict)  # anchor -> the API page documenting it
     members: set[str] = field(default_factory=set)  # anchors of documented members (`X.init`)
 
     @classmethod
@@ -79,14 +81,14 @@ class Names:
         # API name unless qualified; nor is a bare zoo name (tutorials define their own `forward`).
         targets = {a: next(iter(found)) for a, found in by_alias.items() if len(found) == 1}
         targets = {alias: target for alias, target in targets.items() if target[0]}
-        return cls(targets)
+        return cls(targets, {anchor: src for src, anchor in entries.values() if anchor})
 
     def resolve(self, code: str) -> tuple[str, str, str] | None:
         """(page, anchor, name) that inline `code` refers to, or None when it is no API name.
 
         Code is an API name when it starts with one and the rest is a call or a subscript:
         `sm.shard(m, mesh, rules)`, `Grad[Spotter]`, `Model.init`. A bare lowercase name without
-        `_` (`load`, `state`) counts only as a call (`load(path, Cls)`); constants only qualified.
+        `_` (`hoist`, `state`) counts only as a call (`hoist(f)`); constants only qualified.
         """
         m = CODE_NAME.fullmatch(html.unescape(code).strip())
         if not m:
@@ -123,7 +125,7 @@ class Page:
     url: str
     title: str
     html: str
-    kind: str = "guide"  # or "api", "tutorial", "home", "script" (scripts/mkdocs_hooks.page_kind)
+    kind: str = "guide"  # or "api", "tutorial", "home", "script" (docs_search.page_kind)
 
     @property
     def is_api(self) -> bool:
@@ -240,7 +242,7 @@ SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)[.!?](?=\s|$)")
 
 
 def entry_summary(page_html: str, anchor: str) -> str:
-    """The first sentence of `anchor`'s entry (inline HTML: its code and links kept); "" if none."""
+    """The first sentence of `anchor`'s entry (its inline code kept as HTML); "" if it has none."""
     span = _entry_span(page_html, anchor)
     if not span:
         return ""
@@ -314,7 +316,7 @@ def link_site(pages: list[Page], errors_src: str = "errors.md") -> None:
     for p in api:  # from the entries as rendered, before any link is added to them
         names.members |= set(re.findall(r'<h[1-6] id="(shapeml\.[\w.]+)"', p.html))
         for anchor in SUMMARY_CELL.findall(p.html):
-            home = by_src.get(names.targets.get(anchor, (p.src, ""))[0], p)
+            home = by_src.get(names.homes.get(anchor, p.src), p)
             summaries[anchor] = entry_summary(home.html, anchor)
     for p in api:
         fill_summaries(p, summaries)
