@@ -1,17 +1,24 @@
 """The API reference pages of the shapeml site, generated from `__all__` (scripts/mkdocs_hooks.py
 adds them to the build; mkdocstrings renders each name from its docstring).
 
-One page per public subpackage (`api/optim.md`; `api/index.md` for `shapeml` itself): one
-mkdocstrings block per module listing the names in its `__all__`, a submodule in `__all__`
-(`shapeml.data.shapes`) in its own section. A name exported from several public packages
-(`sm.Model` is `shapeml.models.Model`) is documented once, at its home, and linked from the others.
-A new subpackage (`shapeml.nn`, `shapeml.sharding`) gets its page by itself; `API_ORDER` only sets
-the order of the pages.
+One page per public subpackage (`api/optim.md`; `api/index.md` for `shapeml` itself): the package's
+docstring, then its names grouped by theme (as optax groups its API), each theme a section with a
+summary table (name, first sentence of its docstring) followed by the names' entries; a submodule
+in `__all__` (`shapeml.data.shapes`) gets a section of its own. A name exported from several public
+packages (`sm.Model` is `shapeml.models.Model`) is documented once, at its home, and the other
+pages' tables link to it. A theme is the one `THEMES` gives the module that defines the name (a
+module not listed there is a theme of its own, named after it); errors and warnings, and
+constants, are themes of their own. A new subpackage (`shapeml.nn`, `shapeml.sharding`) gets its
+page by itself; `API_ORDER` only sets the order of the pages.
+
+The summary cells are filled in from the rendered entries (`summary_cell`, filled by
+scripts/docs_xref.py), so a table says what the entry says.
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 import posixpath
 import types
@@ -110,11 +117,96 @@ def _home(name: str, obj: object, packages: list[str]) -> tuple[str, str] | None
     return None
 
 
-def _directive(path: str, members: list[str], heading_level: int = 2) -> str:
-    listed = "".join(f"\n        - {name}" for name in members)
+# The theme of each name, by the module that defines it; the order of the themes on a page.
+THEMES = {
+    "shapeml.models._model": "Models and dims",
+    "shapeml.models._dims": "Models and dims",
+    "shapeml.models._fields": "Fields",
+    "shapeml.models._initializers": "Initializers",
+    "shapeml.models._introspect": "Introspection",
+    "shapeml.models._checkpoint": "Saving and loading",
+    "shapeml.sharding._load": "Saving and loading",
+    "shapeml._grad": "Gradients",
+    "shapeml._shaped": "Shape checks",
+    "shapeml._errors": "Errors and explanations",
+    "shapeml.optim._aliases": "Optimizers",
+    "shapeml.optim._from_optax": "Optimizers",
+    "shapeml.optim._optimizer": "Optimizers",
+    "shapeml.optim._transforms": "Transforms and masks",
+    "shapeml.optim._masks": "Transforms and masks",
+    "shapeml.optim._schedules": "Schedules",
+    "shapeml.optim._checkpoint": "Optimizer checkpoints",
+    "shapeml.training._step": "The compiled step",
+    "shapeml.training._loop": "The training loop",
+    "shapeml.state._graph": "Graphs",
+    "shapeml.state._decl": "Graphs",
+    "shapeml.state._handles": "Graphs",
+    "shapeml.state._step": "Graphs",
+    "shapeml.state._kvcache": "KV cache",
+    "shapeml.state._index": "Index checks",
+    "shapeml.hoisting._hoist": "Hoisting",
+    "shapeml.hoisting._report": "Hoisting",
+    "shapeml.hoisting._split": "Hoisting",
+    "shapeml.hoisting._bake": "Baking",
+    "shapeml.hoisting._export": "Export",
+    "shapeml.hoisting._load": "Export",
+    "shapeml.int8._model": "The model",
+    "shapeml.int8._tokenizer": "The model",
+    "shapeml.int8._numerics": "Numerics",
+    "shapeml.int8._decode": "Decoding",
+    "shapeml.int8._reference": "Decoding",
+    "shapeml.int8._tp": "Tensor parallel",
+    "shapeml.nn._linear": "Layers",
+    "shapeml.nn._embedding": "Layers",
+    "shapeml.nn._mlp": "Layers",
+    "shapeml.nn._attention": "Layers",
+    "shapeml.nn._conv": "Layers",
+    "shapeml.nn._pool": "Layers",
+    "shapeml.nn._dropout": "Layers",
+    "shapeml.nn._norms": "Normalization",
+    "shapeml.nn._batchnorm": "Normalization",
+    "shapeml.nn._layer": "Building blocks",
+    "shapeml.nn._init": "Building blocks",
+    "shapeml.sharding._place": "Placement",
+    "shapeml.sharding._rules": "Placement",
+    "shapeml.sharding._mesh": "Meshes and rule tables",
+    "shapeml.sharding._memory": "Memory",
+    "shapeml.data._batches": "Batches",
+    "shapeml.testing._contract": "Shape contracts",
+}
+ERRORS = "Errors and warnings"
+CONSTANTS = "Constants"
+
+
+def theme(obj: object) -> str:
+    """The theme `obj` is listed under on its API page."""
+    if isinstance(obj, type) and issubclass(obj, (BaseException, Warning)):
+        return ERRORS
+    if not (isinstance(obj, type) or inspect.isroutine(obj) or callable(obj)):
+        return CONSTANTS
+    module = getattr(obj, "__module__", None) or ""
+    if module in THEMES:
+        return THEMES[module]
+    words = module.rsplit(".", 1)[-1].strip("_").replace("_", " ")
+    return words[:1].upper() + words[1:] if words else "Other"
+
+
+def _theme_order(title: str) -> tuple[int, int]:
+    order = list(dict.fromkeys(THEMES.values()))
+    if title in (CONSTANTS, ERRORS):  # after the themes: constants, then errors and warnings
+        return (2, title == ERRORS)
+    return (0, order.index(title)) if title in order else (1, 0)
+
+
+def summary_cell(anchor: str) -> str:
+    """A table cell that scripts/docs_xref.py fills with the first sentence of `anchor`'s entry."""
+    return f'<span class="api-summary" data-anchor="{anchor}"></span>'
+
+
+def _entry(path: str, heading_level: int) -> str:
     return (
-        f"::: {path}\n    options:\n      heading_level: {heading_level}\n"
-        f"      members:{listed or ' []'}\n"
+        f"::: {path}\n    options:\n      show_root_heading: true\n"
+        f"      show_root_toc_entry: true\n      heading_level: {heading_level}\n"
     )
 
 
@@ -123,24 +215,34 @@ def _summary(module: types.ModuleType) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
+def _themed(module: types.ModuleType, names: list[str], page: str, entries, level: int) -> list:
+    """The sections of `names` (of `module`, shown on `page`): per theme a table and the entries."""
+    groups: dict[str, list[str]] = {}
+    for name in sorted(names, key=lambda n: (not n[:1].isupper(), n.lower())):  # classes first
+        groups.setdefault(theme(_member(module, name)), []).append(name)
+    lines = []
+    for title in sorted(groups, key=_theme_order):
+        lines.append(f"\n{'#' * level} {title}\n")
+        lines.append("| name | summary |\n| --- | --- |")
+        here = []
+        for name in groups[title]:
+            src, anchor = entries[f"{module.__name__}.{name}"]
+            lines.append(f"| [`{name}`][{anchor}] | {summary_cell(anchor)} |")
+            if src == page and anchor == f"{module.__name__}.{name}":
+                here.append(anchor)
+        lines.append("")
+        lines += [_entry(anchor, level + 1) for anchor in here]
+    return lines
+
+
 def _api_page(package: str, entries: dict[str, tuple[str, str]]) -> str:
-    """The Markdown of `package`'s API page: one mkdocstrings block per module."""
+    """The Markdown of `package`'s API page: its docstring, then its names by theme."""
     module = importlib.import_module(package)
     names = exported(module)
     submodules = [n for n in names if isinstance(_member(module, n), types.ModuleType)]
-    here = [
-        n for n in names if n not in submodules and entries[f"{package}.{n}"][0] == api_src(package)
-    ]
-    lines = [f"# `{package}`\n", _directive(package, here)]
-    elsewhere = [n for n in names if n not in submodules and n not in here]
-    if elsewhere:
-        lines.append("\n## Names documented with their subpackage\n")
-        lines.append("| name | documented in |\n| --- | --- |")
-        for n in sorted(elsewhere, key=str.lower):
-            page, anchor = entries[f"{package}.{n}"]
-            home = anchor.rsplit(".", 1)[0]
-            rel = posixpath.relpath(page, posixpath.dirname(api_src(package)))
-            lines.append(f"| [`{package}.{n}`][{anchor}] | [`{home}`]({rel}) |")
+    page = api_src(package)
+    lines = [f"# `{package}`\n", f"::: {package}\n    options:\n      members: []\n"]
+    lines += _themed(module, [n for n in names if n not in submodules], page, entries, 2)
     if package == "shapeml":
         lines.append("\n## Subpackages\n")
         for other in public_packages()[1:]:
@@ -151,7 +253,9 @@ def _api_page(package: str, entries: dict[str, tuple[str, str]]) -> str:
     for n in submodules:
         sub = _member(module, n)
         lines.append(f"\n## `{sub.__name__}`\n")
-        lines.append(_directive(sub.__name__, exported(sub), heading_level=3))
+        lines.append(f"::: {sub.__name__}\n    options:\n      members: []\n")
+        names = [x for x in exported(sub) if not isinstance(_member(sub, x), types.ModuleType)]
+        lines += _themed(sub, names, page, entries, 3)
     return "\n".join(lines) + "\n"
 
 

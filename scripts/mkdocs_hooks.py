@@ -10,7 +10,12 @@ needs on top of them, all generated at build time so nothing generated is commit
 - the tutorials: `tutorials/*.ipynb`, executed in a fresh kernel each (outputs are produced by the
   build, never stored in git) and rendered by mkdocs-jupyter; the exercise solutions as pages.
 - links: the guide's `../tutorials/NN_name.ipynb` and the notebooks' `solutions/NN_name.py` and
-  `../docs/page.md` point at the pages the site builds from them.
+  `../docs/page.md` point at the pages the site builds from them; API names in inline code and
+  error codes link to their entries, and API entries list the pages that use them
+  (scripts/docs_xref.py, run once every page is rendered).
+- search: guide and API pages rank above tutorials and whole-file pages; the notebooks' outputs
+  and the whole files of the script pages are left out of the index (scripts/docs_search.py).
+- no path of the build machine in a page: the notebooks' outputs are scrubbed (`scrub_paths`).
 
 Environment:
 - `SHAPEML_DOCS_EXECUTE`: `1` (default) runs every notebook; `0` runs none (the quick build: code
@@ -34,8 +39,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docs_api  # scripts/docs_api.py: mkdocs puts this file's folder on the path to load it
+import docs_paths
+import docs_search
+import docs_xref
 import nbformat
-from mkdocs.plugins import event_priority
+from docs_search import page_kind
+from mkdocs.plugins import CombinedEvent, event_priority
 from mkdocs.structure.files import File, Files
 from mkdocs.utils import get_relative_url
 
@@ -213,6 +222,7 @@ def _notebook_files(config, files: Files) -> list[File]:
                 "</p></div>"
             )
             nb.cells.insert(1, nbformat.v4.new_markdown_cell(note))
+        docs_paths.scrub_notebook(nb, ROOT)
         nbformat.write(nb, out / path.name)
         made.append(page)
     return made
@@ -267,13 +277,17 @@ def _toc_items(items) -> list:
     return [x for item in items for x in (item, *_toc_items(item.children))]
 
 
+@event_priority(50)  # before other plugins read the page's table of contents
 def on_page_content(html: str, page, config, files: Files) -> str:
-    """A tutorial's table of contents links its headings' ids; no empty MathJax loader is left.
+    """Search boost and exclusions (scripts/docs_search.py); a tutorial's table of contents links
+    its headings' ids, and no empty MathJax loader is left.
 
     mkdocs-jupyter slugs the headings twice, differently: "## `sm.hoist`" gets the id `smhoist`
     in the page but `_1` in the table of contents. The headings come in the same order in both.
     """
-    if not page.file.src_uri.endswith(".ipynb"):
+    kind = page_kind(page.file.src_uri)
+    html = docs_search.prepare(html, kind, page.meta)
+    if kind != "tutorial":
         return html
     items, ids = _toc_items(page.toc), HEADING_ID.findall(html)
     if len(items) == len(ids):
@@ -282,3 +296,41 @@ def on_page_content(html: str, page, config, files: Files) -> str:
     else:
         log.info("%s: %d headings but %d TOC entries", page.file.src_uri, len(ids), len(items))
     return html.replace('<script src=""> </script>', "")
+
+
+@event_priority(-60)  # after autorefs made its links (-50), before the pages are written
+def on_env(env, config, files: Files):
+    """Cross-links every rendered page (scripts/docs_xref.py) and scrubs build-machine paths."""
+    pages = [
+        docs_xref.Page(f.src_uri, f.page.url, f.page.title or "", f.page.content, page_kind(src))
+        for f in files.documentation_pages()
+        if f.page is not None and f.page.content and (src := f.src_uri)
+    ]
+    docs_xref.link_site(pages)
+    by_src = {p.src: p for p in pages}
+    for f in files.documentation_pages():
+        if f.src_uri in by_src:  # the notebooks' outputs are scrubbed already (`_notebook_files`)
+            text = by_src[f.src_uri].html
+            tutorial = page_kind(f.src_uri) == "tutorial"
+            f.page.content = text if tutorial else docs_paths.scrub_text(text, ROOT)
+    return env
+
+
+@event_priority(100)  # before mkdocs-material's search indexes the page (at 0)
+def _index_view(context, page, config, nav):
+    if page_kind(page.file.src_uri) == "tutorial":
+        page.shown_content = page.content
+        page.content = docs_search.index_view(page.content)
+    return context
+
+
+@event_priority(-100)  # after the search indexed it: the page shows its content as rendered
+def _shown_view(context, page, config, nav):
+    shown = getattr(page, "shown_content", None)
+    if shown is not None:
+        page.content = re.sub(r'\s?data-search-\w+(="[^"]*")?', "", shown)
+        del page.shown_content
+    return context
+
+
+on_page_context = CombinedEvent(_index_view, _shown_view)

@@ -28,6 +28,7 @@ from ._grad import Grad as Grad
 from ._grad import grad as grad
 from ._grad import norm as norm
 from ._grad import value_and_grad as value_and_grad
+from ._shaped import ShapeCheckError as ShapeCheckError
 from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
 from .hoisting import Hoisted as Hoisted
@@ -101,6 +102,7 @@ __all__ = [
     "save",
     "save_checkpoint",
     "shaped",
+    "ShapeCheckError",
     "ShapemlError",
     "ShapemlWarning",
     "NonFiniteWarning",

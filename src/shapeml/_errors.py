@@ -94,6 +94,8 @@ def _register(cls: type, code: str | None, title: str | None, explanation: str |
     _REGISTRY[code] = Explanation(code, title, explanation, kind)
     cls.code = code
     cls.title = title
+    if cls.__dict__.get("__doc__") is None:  # `help()` and the API reference show the long form
+        cls.__doc__ = f"{title[:1].upper()}{title[1:]} ({code}).\n\n{explanation.strip()}\n"
 
 
 def _format(code: str, message: str, fix: str | None) -> str:
