@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import shapeml as sm
-from shapeml.zoo import transformer as tr
 from shapeml.state import StateIndexError
+from shapeml.zoo import transformer as tr
 
 DIMS = dict(V=13, T=12, D=16, H=4, F=24, L=2)
 

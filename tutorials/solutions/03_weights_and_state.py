@@ -6,8 +6,8 @@ Run: python tutorials/solutions/03_weights_and_state.py
 import jax.numpy as jnp
 import numpy as np
 
-from shapeml.zoo import transformer as tr
 from shapeml.state import Graph, state
+from shapeml.zoo import transformer as tr
 
 rng = np.random.default_rng(0)
 

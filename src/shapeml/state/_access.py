@@ -19,11 +19,11 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .._cast import cast_host_array
 from .._errors import similar
+from .._shell import Shell
 from .._validate import shorten
 from ..models import Model
 from ..models._introspect import dotted_name
 from ..models._limits import check_size, max_bytes_of
-from .._shell import Shell
 from ._decl import Declared, states_class
 from ._errors import LoadStateDictError, StateAllocationError, StateNotFoundError, UnboundParamError
 from ._handles import ParamHandle, StateHandle
