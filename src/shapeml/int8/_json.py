@@ -30,7 +30,7 @@ MAX_FILE_BYTES = 2**29
 _FIX = "re-export it with `Int8Model.to_json(path)`; if it was copied, check the copy finished"
 
 
-class _DuplicateKey(Exception):
+class _DuplicateKeyError(Exception):
     """Raised by the parser's object hook; `read_json` turns it into an E1614 naming the key."""
 
 
@@ -39,7 +39,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
         seen = set()
-        raise _DuplicateKey(next(k for k, _ in pairs if k in seen or seen.add(k)))
+        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
     return obj
 
 
@@ -66,7 +66,7 @@ def read_json(src: Any) -> Any:
     text = read_text(src, fix=_FIX)
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as e:
+    except _DuplicateKeyError as e:
         raise Int8JsonError(
             f"`{shorten(str(src))}` repeats the key {shorten(e.args[0])} in one object; JSON "
             "parsers disagree on which value wins, so the file does not say one thing",
