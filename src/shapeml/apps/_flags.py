@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._errors import ShapemlError
-from .._files import FileMissingError, FolderMissingError, as_path, unwritable
+from .._file_paths import unwritable
+from .._files import FileMissingError, FolderMissingError, as_path
 from .._validate import integer, real
 
 __all__ = [
