@@ -479,7 +479,8 @@ def test_stale_temps_of_dead_writers_are_removed_by_the_next_save(tmp_path):
     os.utime(tmp_path / legacy_old, (time.time() - 7200, time.time() - 7200))
     sm.save(tmp_path / "m.safetensors", Net.init(seed=0))
     left = sorted(os.listdir(tmp_path))
-    assert left == sorted(["m.safetensors", alive, elsewhere, other_target, legacy_new])
+    # a dead writer's temp of another target in the folder is just as abandoned
+    assert left == sorted(["m.safetensors", alive, elsewhere, legacy_new])
 
 
 def test_a_killed_save_leaves_a_temp_that_the_next_save_removes(tmp_path):

@@ -11,8 +11,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import shapeml as sm
 from shapeml import cli
 from shapeml.apps import spotter_job
+from shapeml.apps.int8_sort import shipped
+from shapeml.apps.int8_sort import train as int8_train
 
 
 @pytest.mark.parametrize(
@@ -68,6 +71,59 @@ def test_output_paths_are_checked_before_the_run(tmp_path, capsys):
             assert _main(["train", flag, str(path)]) == 2
             err = capsys.readouterr().err
             assert "[E2102]" in err and why in err and "nothing was run" in err
+
+
+def _no_work(*args, **kwargs):
+    raise AssertionError("work started before the output paths were checked")
+
+
+def test_no_training_starts_for_an_output_that_cannot_be_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(spotter_job, "train_spotter", _no_work)
+    monkeypatch.setattr(int8_train, "train_int8", _no_work)
+    afile = tmp_path / "a.txt"
+    afile.write_text("x")
+    for argv, why in [
+        (["train", "--out", str(tmp_path / "missing_folder" / "m.safetensors")], "does not exist"),
+        (["train", "--out", str(afile / "m.safetensors")], "which is a file, not a folder"),
+        (["train", "--checkpoint", str(tmp_path / "none" / "c")], "does not exist"),
+        (["int8", "train", "--out", str(tmp_path / "none" / "m.json")], "does not exist"),
+        (["int8", "train", "--out", str(tmp_path), "--steps", "1"], "is a folder"),
+        (["int8", "train", "--float-out", str(afile / "f")], "which is a file"),
+    ]:
+        assert _main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "[E2102]" in err and why in err and err.count("\n") == 1, err
+
+
+def test_the_int8_defaults_are_checked_too(tmp_path, capsys, monkeypatch):
+    # without --out, `shapeml int8 train` writes the shipped files inside the installed package,
+    # which may be read-only: those paths are checked before the run like any other
+    monkeypatch.setattr(int8_train, "train_int8", _no_work)
+    monkeypatch.setattr(shipped, "TINY_MODEL_PATH", tmp_path / "ro" / "tiny.json")
+    assert _main(["int8", "train", "--steps", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "[E2102] --out (default: the shipped model)" in err and "does not exist" in err
+    monkeypatch.setattr(shipped, "TINY_MODEL_PATH", tmp_path / "tiny.json")
+    monkeypatch.setattr(shipped, "TINY_FLOAT_PATH", tmp_path / "ro" / "tiny.safetensors")
+    assert _main(["int8", "train", "--steps", "1"]) == 2
+    assert "[E2102] --float-out (default)" in capsys.readouterr().err
+
+
+def test_the_jobs_check_their_outputs_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setattr(spotter_job.shapes, "draw", _no_work)
+    monkeypatch.setattr(int8_train, "train_float", _no_work)
+    missing = tmp_path / "missing_folder" / "m.safetensors"
+    with pytest.raises(sm.ShapemlError, match=r"E1305.*missing_folder"):
+        spotter_job.train_spotter(steps=1, out=missing)
+    with pytest.raises(sm.ShapemlError, match=r"E1306.*is a folder"):
+        spotter_job.train_spotter(steps=1, out=None, checkpoint=tmp_path)
+    with pytest.raises(sm.ShapemlError, match=r"E0002.*the same file"):
+        spotter_job.train_spotter(out=tmp_path / "a", checkpoint=tmp_path / "." / "a")
+    with pytest.raises(sm.ShapemlError, match=r"E1305"):
+        int8_train.train_int8(int8_train.TrainConfig(steps=1), out=missing)
+    with pytest.raises(sm.ShapemlError, match=r"E1305"):
+        int8_train.train_int8(int8_train.TrainConfig(steps=1), float_out=missing)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_batch_the_devices_do_not_divide_is_refused_before_the_run(tmp_path):

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 from jax import lax
+from jaxtyping import Array, Float
 
 import shapeml as sm
 from shapeml import _compile_cache
@@ -23,6 +24,7 @@ from shapeml.hoisting import (
     ExportedInputError,
     ExportError,
     HoistArgumentError,
+    HoistInputError,
     MutableWeightsError,
     NotTracedError,
     UnhashableStaticError,
@@ -595,6 +597,76 @@ def test_errors_name_the_problem():
     with pytest.raises(UnhashableStaticError, match=r"E1504.*`set`"):  # a set is a static leaf
         sm.hoist(lambda m, x, s: x @ m["w"])({"w": jnp.eye(2)}, jnp.ones(2), {1, 2})
     assert "E1502" in str(sm.explain("E1502"))
+
+
+class Dense(sm.Model):
+    dims = sm.Dims(I=4, O=3)
+    w: Float[Array, "I O"] = sm.param(sm.normal())
+
+
+def test_a_wrong_input_shape_is_a_coded_error_naming_the_input_and_the_traced_shape():
+    traces = []
+
+    def f(m, x, y=None):
+        traces.append(x.shape)
+        return x @ (m.w * 2.0)
+
+    m, fast = Dense.init(seed=0), sm.hoist(f)
+    with pytest.raises(HoistInputError) as info:  # the first call: no earlier shapes to show
+        fast(m, jnp.ones((2, 5)))
+    err = info.value
+    assert err.code == "E1509" and isinstance(err, TypeError) and isinstance(err, ValueError)
+    assert "`x`: float32[2,5]" in str(err) and "dims: I=4, O=3" in str(err)
+    assert "dot_general requires contracting dimensions" in str(err)
+    for batch in (2, 7):  # new batch sizes retrace and run
+        np.testing.assert_allclose(fast(m, jnp.ones((batch, 4))), jnp.ones((batch, 4)) @ m.w * 2)
+    with pytest.raises(HoistInputError, match=r"`x` is float32\[2,5\], traced for float32\[\*,4\]"):
+        fast(m, jnp.ones((2, 5)))
+    with pytest.raises(HoistInputError, match="`x`: float32\\[2,3\\]"):  # by keyword
+        fast(m, x=jnp.ones((2, 3)))
+    # nothing was cached for the refused shapes: the good ones still run, without retracing
+    n = len(traces)
+    assert fast(m, jnp.ones((2, 4))).shape == (2, 3) and len(traces) == n
+    assert fast.report().traces == 2  # (2, 4) and (7, 4); refusals build no program
+    assert fast(m, jnp.ones(4)).shape == (3,)  # a new rank that traces is a legitimate call
+
+
+def test_a_wrong_shape_inside_a_pytree_input_and_under_bake():
+    def f(m, batch):
+        return batch["x"] @ m.w + batch["bias"]
+
+    m = Dense.init(seed=0)
+    fast = sm.hoist(f)
+    fast(m, {"x": jnp.ones((2, 4)), "bias": jnp.ones((2, 3))})
+    fast(m, {"x": jnp.ones((5, 4)), "bias": jnp.ones((5, 3))})
+    with pytest.raises(HoistInputError, match=r"`batch\['bias'\]` is float32\[2,4\]") as info:
+        fast(m, {"x": jnp.ones((2, 4)), "bias": jnp.ones((2, 4))})
+    assert "traced for float32[*,3]" in str(info.value)
+    serve = sm.bake(f, m)
+    serve({"x": jnp.ones((2, 4)), "bias": jnp.ones((2, 3))})
+    with pytest.raises(HoistInputError, match=r"`batch\['x'\]` is float32\[2,6\]"):
+        serve({"x": jnp.ones((2, 6)), "bias": jnp.ones((2, 3))})
+
+
+def test_the_users_own_errors_and_shaped_errors_pass_through_unchanged():
+    class MyError(ValueError):
+        pass
+
+    def f(m, x):
+        if x.shape[-1] != 4:
+            raise MyError("mine")
+        return x @ m.w
+
+    m = Dense.init(seed=0)
+    with pytest.raises(MyError, match="mine"):
+        sm.hoist(f)(m, jnp.ones((2, 5)))
+
+    @sm.shaped
+    def g(m: Dense, x: Float[Array, "b I"]) -> Float[Array, "b O"]:
+        return x @ m.w
+
+    with pytest.raises(sm.ShapemlError, match=r"E1001.*dimension I is 5"):
+        sm.hoist(g)(m, jnp.ones((2, 5)))
 
 
 # --- the compile cache ------------------------------------------------------------------------

@@ -152,6 +152,22 @@ def test_nesting_100k_deep(tmp_path):
     coded(int8.Int8JsonError, "E1614", Int8Model.from_json, _file(tmp_path, _raw(obj)))
 
 
+@pytest.mark.parametrize(
+    "old,new,key",
+    [
+        ('"format":', '"format":"x","format":', "'format'"),  # at the top level
+        ('"heads":4', '"heads":4,"heads":8', "'heads'"),  # inside dims
+        ('"d_ff":64,', '"d_ff":64,"d_ff":64,', "'d_ff'"),  # even with the same value
+        ('"meta":{', '"meta":{"a":1,"a":2,', "'a'"),  # inside the free-form notes
+    ],
+)
+def test_a_key_repeated_in_one_object_is_refused(tmp_path, text, old, new, key):
+    assert old in text
+    path = _file(tmp_path, text.replace(old, new, 1))
+    err = coded(int8.Int8JsonError, "E1614", Int8Model.from_json, path)
+    assert f"repeats the key {key}" in str(err)
+
+
 def _raw(obj):
     """The file with `meta` spliced in as raw JSON text."""
     meta = obj.pop("meta")

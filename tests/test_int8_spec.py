@@ -11,12 +11,15 @@ own text, so the two cannot drift.
   exactly; and `quantize` gives the same.
 """
 
+import ast
+import inspect
 import json
 import math
 import re
 from fractions import Fraction
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -193,9 +196,40 @@ def test_requant_pair_refuses_what_is_not_a_positive_finite_scale(bad):
 
 # -- the exporter, rebuilt from the doc's recipe --------------------------------------------
 
+LETTERS = "abcdefghijkl"
+
+
+def doc_make_sequences(n: int, length: int, seed: int) -> np.ndarray:
+    """docs/int8.md, "Corpus": the generator behind `make_sequences`, from the text."""
+    rng = np.random.default_rng(seed)
+    ids = {c: i for i, c in enumerate(LETTERS + ">|")}
+    rows = []
+    for _ in range(n):
+        text = ""
+        while len(text) < length:
+            k = int(rng.integers(2, 7))
+            letters = rng.choice(12, size=k, replace=False)
+            text += "".join(LETTERS[i] for i in letters) + ">"
+            text += "".join(LETTERS[i] for i in sorted(letters)) + "|"
+        rows.append([ids[c] for c in text[:length]])
+    return np.asarray(rows, np.int32)
+
+
+WEIGHT_ORDER = ("wq", "wk", "wv", "wo", "w1", "w2", "embed")
+ACT_ORDER = ("x0", "q", "k", "v", "attn", "x1", "h", "x2")
+
+
+class DocRefusal(Exception):  # noqa: N818 (a result, not an error)
+    """The doc says E1615 here, for `name`."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
 
 def doc_quantize(w: dict[str, np.ndarray], calib: np.ndarray, heads: int) -> dict:
-    """docs/int8.md, "Post-training quantization", steps 2 to 7, from the text."""
+    """docs/int8.md, "Post-training quantization (the exporter)", Computation 1 to 8, from the
+    text; `w` holds `embed`, `pos` and layer 0 of the others. Raises `DocRefusal` at step 4 / 6."""
     n, t = calib.shape
     d = w["embed"].shape[1]
     dh = d // heads
@@ -215,8 +249,12 @@ def doc_quantize(w: dict[str, np.ndarray], calib: np.ndarray, heads: int) -> dic
     x2 = x1 + h @ w["w2"]
     act = dict(x0=x0, x1=x1, x2=x2, q=q, k=k, v=v, attn=attn, h=h)
     s = {name: float(np.abs(a).max()) / 127 for name, a in act.items()}
-    sw = {name: float(np.abs(w[name]).max()) / 127 for name in ("wq", "wk", "wv", "wo", "w1", "w2")}
-    s_e = float(np.abs(w["embed"]).max()) / 127
+    sw = {name: float(np.abs(w[name]).max()) / 127 for name in WEIGHT_ORDER}
+    for name in (*WEIGHT_ORDER, *ACT_ORDER):  # step 4: the first degenerate scale
+        scale = sw[name] if name in sw else s[name]
+        if not (scale > 0 and math.isfinite(scale)):
+            raise DocRefusal(name)
+    s_e = sw.pop("embed")
 
     def q8(x, scale):
         return np.clip(np.floor(x / scale + 0.5), -128, 127).astype(int).reshape(-1).tolist()
@@ -233,26 +271,43 @@ def doc_quantize(w: dict[str, np.ndarray], calib: np.ndarray, heads: int) -> dic
         "w2": s["h"] * sw["w2"] / s["x2"],
         "res2": s["x1"] / s["x2"],
     }
+    for name, r in ratios.items():  # step 6's guard
+        if not (r > 0 and math.isfinite(r)):
+            raise DocRefusal(name)
     tensors = {"embed": q8(w["embed"], s["x0"]), "positions": q8(w["pos"], s["x0"])}
     tensors |= {name: q8(w[name], sw[name]) for name in ("wq", "wk", "wv", "wo", "w1", "w2")}
     tensors["eq"] = q8(w["embed"], s_e)
+    scales = dict(s) | {f"w_{name}": v for name, v in sw.items()} | {"eq": s_e}
     return {
         "requant": {name: list(doc_requant_pair(r)) for name, r in ratios.items()},
         "exp_table": [math.floor(32767 * math.exp(-0.1 * i) + 0.5) for i in range(128)],
         "tensors": tensors,
+        "scales": scales,
     }
+
+
+def _weights(fm: Transformer) -> dict[str, np.ndarray]:
+    w = {name: np.asarray(getattr(fm, name), np.float64) for name in ("embed", "pos")}
+    w |= {
+        n: np.asarray(getattr(fm, n)[0], np.float64) for n in ("wq", "wk", "wv", "wo", "w1", "w2")
+    }
+    return w
+
+
+def test_make_sequences_is_the_doc_generator():
+    for n, length, seed in [(3, 64, 0), (5, 7, 500), (2, 1, 2**40), (1, 200, 3)]:
+        np.testing.assert_array_equal(
+            make_sequences(n, length, seed=seed), doc_make_sequences(n, length, seed)
+        )
+    assert make_sequences(2, 9, seed=1).dtype == np.int32
 
 
 def test_the_shipped_file_is_rebuilt_from_the_doc():
     shipped = json.loads(TINY_MODEL_PATH.read_text())
     fm = sm.load(TINY_FLOAT_PATH, Transformer)
-    w = {name: np.asarray(getattr(fm, name), np.float64) for name in ("embed", "pos")}
-    w |= {
-        n: np.asarray(getattr(fm, n)[0], np.float64) for n in ("wq", "wk", "wv", "wo", "w1", "w2")
-    }
     seed = shipped["meta"]["train"]["seed"]
-    calib = make_sequences(256, shipped["dims"]["ctx"], seed=seed + 500)
-    rebuilt = doc_quantize(w, calib, shipped["dims"]["heads"])
+    calib = doc_make_sequences(256, shipped["dims"]["ctx"], seed + 500)
+    rebuilt = doc_quantize(_weights(fm), calib, shipped["dims"]["heads"])
     assert rebuilt["requant"] == shipped["requant"]
     assert rebuilt["exp_table"] == shipped["exp_table"]
     assert list(rebuilt["tensors"]) == list(shipped["tensors"])
@@ -261,3 +316,120 @@ def test_the_shipped_file_is_rebuilt_from_the_doc():
     # and the library's quantizer writes the same file
     out = quantize(fm, calib, TOKENS)
     assert out["requant"] == shipped["requant"] and out["tensors"] == shipped["tensors"]
+    # the float pass's sums run in BLAS's order: the scales agree to their last few bits
+    assert rebuilt["scales"] == pytest.approx(shipped["meta"]["scales"], rel=1e-13)
+    assert out["meta"]["scales"] == pytest.approx(shipped["meta"]["scales"], rel=1e-13)
+
+
+def _variants() -> dict[str, Transformer]:
+    """Small float models: trained-like random ones and every kind of degenerate one."""
+    base = Transformer.init(seed=3, V=9, T=8, D=8, H=2, F=12, L=1)
+    out = {f"random{s}": Transformer.init(seed=s, V=9, T=8, D=8, H=2, F=12, L=1) for s in (0, 1)}
+    for name in ("wq", "wk", "wv", "wo", "w1", "w2", "embed"):
+        out[f"zero {name}"] = base.replace(**{name: getattr(base, name) * 0})
+    # x0, q, v and h zero on the calibration data with every weight nonzero: only id 8 (never in
+    # the calibration ids) has an embedding, the positions are zero, and the ReLU is dead when
+    # x1 = x0 (+ attention) is non-negative and w1 is not positive
+    only_last = base.embed.at[:-1].set(0)
+    out["zero x0"] = base.replace(embed=only_last, pos=base.pos * 0)
+    col0 = jnp.zeros((9, 8)).at[:, 0].set(1.0)  # every row (1, 0, ..., 0)
+    out["zero q"] = base.replace(embed=col0, pos=base.pos * 0, wq=base.wq.at[0, 0].set(0))
+    out["zero v"] = base.replace(embed=col0, pos=base.pos * 0, wv=base.wv.at[0, 0].set(0))
+    out["dead relu"] = base.replace(
+        embed=jnp.abs(base.embed),
+        pos=jnp.abs(base.pos),
+        wv=jnp.abs(base.wv),
+        wo=jnp.abs(base.wo),
+        w1=-jnp.abs(base.w1),
+    )
+    out["tiny weights"] = base.replace(wq=base.wq * 1e-30, w2=base.w2 * 1e-30)
+    return out
+
+
+@pytest.mark.parametrize("name,fm", list(_variants().items()), ids=list(_variants()))
+def test_quantize_is_the_doc_exporter_degenerate_models_included(name, fm):
+    calib = np.random.default_rng(7).integers(0, 8, size=(5, 8))  # never id 8
+    try:
+        want = doc_quantize(_weights(fm), calib, fm.dims.H)
+    except DocRefusal as r:
+        with pytest.raises(int8.Int8ScaleError) as info:
+            quantize(fm, calib, [f"t{i}" for i in range(9)])
+        assert info.value.code == "E1615"
+        assert re.search(rf"of (weight|activation) `{r.name}`", str(info.value)), str(info.value)
+        if name.startswith("zero "):
+            assert r.name == name[5:]  # the doc's order names the root cause
+        if name == "dead relu":
+            assert r.name == "h" and "ReLU is dead" in str(info.value)
+        return
+    assert name.startswith(("random", "tiny")), name
+    out = quantize(fm, calib, [f"t{i}" for i in range(9)], {"note": 1})
+    assert out["requant"] == want["requant"] and out["exp_table"] == want["exp_table"]
+    assert out["tensors"] == want["tensors"]
+    assert list(out["meta"]) == ["note", "scales"] and out["meta"]["note"] == 1
+    assert list(out["meta"]["scales"]) == list(want["scales"])
+    assert out["meta"]["scales"] == pytest.approx(want["scales"], rel=1e-13)
+    Int8Model.from_json(out)
+
+
+# -- every signature the doc writes is the code's ---------------------------------------------
+
+
+def _doc_signature(f) -> str:
+    """A signature as docs/int8.md writes it: names and defaults, `*` for keyword-only."""
+    parts, star = [], False
+    for p in inspect.signature(f).parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        if p.default is p.empty:
+            parts.append(p.name)
+        else:
+            default = p.default
+            shown = f"int8.{default.__name__}" if callable(default) else repr(default)
+            parts.append(f"{p.name}={shown}")
+    return ", ".join(parts)
+
+
+def _callables() -> dict[str, object]:
+    from shapeml.apps.int8_sort import corpus
+
+    names = {f"m.{n}": getattr(Int8Model, n) for n in dir(Int8Model) if not n.startswith("_")}
+    names |= {f"int8.{n}": getattr(int8, n) for n in int8.__all__}
+    names |= {"quantize": quantize, "corpus.make_sequences": corpus.make_sequences}
+    return {k: v for k, v in names.items() if callable(v) and not isinstance(v, type)}
+
+
+def test_the_call_table_writes_every_signature_as_the_code_has_it():
+    section = DOC[DOC.index("### What each call returns") : DOC.index("## Text")]
+    rows = re.findall(r"^\| `((?:m|int8)\.\w+)\(([^`]*)\)`", section, re.M)
+    assert len(rows) >= 20
+    funcs = _callables()
+    for name, args in rows:
+        assert args == _doc_signature(funcs[name]), name
+
+
+def test_every_call_the_doc_writes_binds_to_the_code():
+    funcs = _callables()
+    by_name = funcs | {k.split(".")[-1]: v for k, v in funcs.items() if not k.startswith("m.")}
+    seen = 0
+    for span in re.findall(r"`([^`]+)`", re.sub(r"```.*?```", "", DOC, flags=re.S)):
+        head = re.match(r"((?:m\.|int8\.|corpus\.)?\w+)\(", span)
+        if head is None or head[1] not in by_name:
+            continue
+        try:  # a signature's bare `*` is not call syntax: what follows it is keywords anyway
+            call = ast.parse(span.replace("*, ", ""), mode="eval").body
+        except SyntaxError:
+            continue
+        if any(isinstance(a, ast.Constant) and a.value is Ellipsis for a in call.args):
+            continue  # `int8.reference_step(m, ...)`: "and the rest", not a call
+        f = by_name[head[1]]
+        params = inspect.signature(f).parameters
+        args = [None] * (len(call.args) + ("self" in params))
+        try:
+            inspect.signature(f).bind(*args, **{k.arg: None for k in call.keywords})
+        except TypeError as e:
+            raise AssertionError(f"docs/int8.md writes `{span}`: {e}") from None
+        seen += 1
+    assert seen >= 30

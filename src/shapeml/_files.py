@@ -37,6 +37,7 @@ from ._file_errors import (
     format_error,
     too_large,
 )
+from ._file_paths import check_writable
 from ._safetensors_format import (
     HeaderError,
     allowed_nonfinite,
@@ -87,20 +88,8 @@ def atomic_write(path: str | os.PathLike, data: bytes | Callable[[BinaryIO], Non
             f"atomic_write takes bytes or a function writing into a file, got {shorten(data)}",
             fix="encode text first: atomic_write(path, text.encode())",
         )
+    check_writable(path)
     folder = path.parent
-    try:
-        folder_exists, is_folder = folder.is_dir(), path.is_dir()
-    except OSError as e:  # a name too long, a loop of links
-        raise access_error(path, "write", e) from e
-    if not folder_exists:
-        raise FolderMissingError(
-            f"cannot save `{cut(path)}`: the folder `{cut(folder)}` does not exist",
-            fix=f"create it first: Path({cut(folder)!r}).mkdir(parents=True)",
-        )
-    if is_folder:
-        raise FileAccessError(
-            f"cannot save `{cut(path)}`: it is a folder", fix="give the path of a file inside it"
-        )
     remove_stale(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=SUFFIX, dir=folder)

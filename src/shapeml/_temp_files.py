@@ -1,10 +1,20 @@
 """Temp files of atomic writes: recognizable names, and the cleanup of those a crash left behind.
 
 A save to `run/m.safetensors` writes `run/.m.safetensors.<host>-<pid>.<random>.shapeml-tmp`, then
-renames it over the target. A process killed between the two leaves its temp behind; the next save
-to the same target removes every temp of that target whose writer (same host, that pid) is no
-longer running. Temps of a live writer, or written from another host on a shared folder, are left
-alone, so two processes saving side by side never delete each other's work.
+renames it over the target. A process killed between the two (`kill -9`, an out-of-memory kill, a
+power cut) leaves its temp behind. Every later save into the same folder removes the temps there
+that are provably abandoned, and only those:
+
+- the name matches this pattern exactly (nothing else in the folder is touched);
+- and either its writer is provably gone: written from this host by a pid that no longer runs,
+  that is a zombie (killed, not yet reaped by its parent), or that belongs to a process started
+  after the temp was last written (the pid was reused);
+- or it was last written more than `STALE_AGE_S` ago, from any host: a running save writes its
+  temp from start to finish without pausing, so one untouched that long is no running save's.
+
+Temps of this process's saves in flight are never removed, nor those of a live writer on this host
+that are younger than `STALE_AGE_S`, nor young temps written from another host on a shared folder:
+two processes saving side by side never delete each other's work.
 """
 
 from __future__ import annotations
@@ -16,15 +26,18 @@ import socket
 import time
 from pathlib import Path
 
-__all__ = ["SUFFIX", "remove_stale", "temp_prefix", "track"]
+__all__ = ["STALE_AGE_S", "SUFFIX", "remove_stale", "temp_prefix", "track"]
 
 SUFFIX = ".shapeml-tmp"
+STALE_AGE_S = 3600  # an hour without a write: no running save's temp (see the module docstring)
 _HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
-_TAIL = re.compile(r"([0-9a-f]{6})-(\d+)\.[a-z0-9_]{8}")
+# `.<stem>.<host>-<pid>.<random>.shapeml-tmp`: the stem may hold dots, the rest never does.
+_NAME = re.compile(r"\.(.+)\.([0-9a-f]{6})-(\d+)\.[a-z0-9_]{8}" + re.escape(SUFFIX))
 # Temps of this process's writes in flight: its own pid is alive, but these must stay.
 _IN_FLIGHT: set[str] = set()
-# Before the recognizable names, temps were `.<name>.<random>.tmp`; one this old is abandoned.
-_LEGACY_AGE_S = 3600
+# The clock's granularity and the boot time's rounding (whole seconds) when comparing a process's
+# start with a file's time.
+_SLACK_S = 2.0
 
 
 def _stem(name: str) -> str:
@@ -50,50 +63,85 @@ def track(tmp: str, writing: bool) -> None:
         _IN_FLIGHT.discard(key)
 
 
-def _running(pid: int) -> bool:
+def _boot_time() -> float | None:
+    try:
+        with open("/proc/stat") as f:
+            return next(float(line.split()[1]) for line in f if line.startswith("btime "))
+    except (OSError, StopIteration, ValueError, IndexError):
+        return None
+
+
+def _process(pid: int) -> tuple[str, float | None] | None:
+    """`(state, start time in seconds since the epoch)` of a process from Linux's /proc, or None
+    where /proc cannot say (another system, a pid namespace that hides it)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces and parens
+    boot = _boot_time()
+    try:
+        start = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK") if boot is not None else None
+        return fields[0], start
+    except (IndexError, ValueError, OSError):
+        return (fields[0], None) if fields else None
+
+
+def _writer_gone(pid: int, written: float) -> bool:
+    """Whether the process `pid` of this host, which last wrote a temp at `written`, is provably
+    no longer running: no such pid, a zombie, or a process started after that write."""
     if pid == os.getpid():
-        return True
+        return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's process, or no pid: keep its temp
+    except (ProcessLookupError, OverflowError):  # no such pid (or none a system could have)
         return True
-    return True
+    except PermissionError:  # another user's process: /proc may still say it is a zombie
+        pass
+    proc = _process(pid)
+    if proc is None:
+        return False
+    state, start = proc
+    return state in ("Z", "X") or (start is not None and start > written + _SLACK_S)
 
 
-def _stale(entry: str, stem: str, legacy: re.Pattern[str], folder: Path) -> bool:
-    if entry.startswith(f".{stem}.") and entry.endswith(SUFFIX):
-        tail = _TAIL.fullmatch(entry[len(stem) + 2 : -len(SUFFIX)])
-        if tail is None or tail[1] != _HOST:
-            return False
-        if int(tail[2]) == os.getpid():
-            return os.path.abspath(folder / entry) not in _IN_FLIGHT
-        return not _running(int(tail[2]))
-    if legacy.fullmatch(entry):
-        try:
-            return time.time() - (folder / entry).stat().st_mtime > _LEGACY_AGE_S
-        except OSError:
-            return False
-    return False
+def _stale(folder: Path, entry: str, legacy: re.Pattern[str], now: float) -> bool:
+    match = _NAME.fullmatch(entry)
+    if match is None and not legacy.fullmatch(entry):
+        return False
+    full = folder / entry
+    if os.path.abspath(full) in _IN_FLIGHT:
+        return False
+    try:
+        written = full.lstat().st_mtime
+    except OSError:  # removed meanwhile (another cleanup, the writer's own rename)
+        return False
+    if now - written > STALE_AGE_S:
+        return True
+    if match is None or match[2] != _HOST:  # a young legacy temp, or another host's
+        return False
+    pid = int(match[3])
+    return pid == os.getpid() or _writer_gone(pid, written)
 
 
 def remove_stale(path: Path) -> list[str]:
-    """Removes the temps earlier crashed writes to `path` left in its folder; their names.
+    """Removes the temps crashed writes left in the folder of `path` (any target's); their names.
 
     Best effort: a temp that cannot be removed (permissions, a race with another cleanup) is
     skipped, since it never stops the write it precedes.
     """
     folder = path.parent
-    stem = _stem(path.name)
+    # Before the recognizable names, temps were `.<name>.<random>.tmp`: only the target's own.
     legacy = re.compile(rf"\.{re.escape(path.name)}\.[a-z0-9_]{{8}}\.tmp")
     removed = []
     try:
         entries = os.listdir(folder)
     except OSError:
         return removed
+    now = time.time()
     for entry in entries:
-        if _stale(entry, stem, legacy, folder):
+        if _stale(folder, entry, legacy, now):
             try:
                 (folder / entry).unlink()
                 removed.append(entry)

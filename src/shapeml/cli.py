@@ -6,12 +6,12 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
 import jax
 
 from . import sharding
 from ._errors import UnknownCodeError, errors_markdown, explain, registry
+from ._file_paths import same_file
 from .apps._flags import (
     USAGE,
     CommandParser,
@@ -77,7 +77,7 @@ def _check_train_flags(args: argparse.Namespace) -> None:
     """Everything a run needs, checked before it starts: no work is lost to a late mistake."""
     output_file(args.out, "--out")
     output_file(args.checkpoint, "--checkpoint")
-    if args.out and args.checkpoint and Path(args.out).resolve() == Path(args.checkpoint).resolve():
+    if args.out and args.checkpoint and same_file(args.out, args.checkpoint):
         raise UsageError(
             f"--out and --checkpoint are the same file {args.out!r}: the model would overwrite "
             "the checkpoint and its optimizer state",

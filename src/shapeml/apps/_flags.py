@@ -15,7 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._errors import ShapemlError
-from .._files import FileMissingError, FolderMissingError
+from .._file_paths import unwritable
+from .._files import FileMissingError, FolderMissingError, as_path
 from .._validate import integer, real
 
 __all__ = [
@@ -153,26 +154,18 @@ def rule_flag() -> Callable[[str], str]:
 
 
 def output_file(path: str | os.PathLike | None, flag: str) -> None:
-    """Checks, before any work, that `path` can be written: its folder exists and is writable,
-    and it is not itself a folder.
+    """Checks, before any work, that `path` can be written (the file layer's `unwritable`): its
+    folder exists and is a writable folder, and it is not itself a folder.
 
     Raises:
         OutputPathError: (E2102) naming the flag, the path and what is wrong.
     """
     if path is None:
         return
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    problem = None
-    if p.is_dir():
-        problem = "is a folder"
-    elif not folder.is_dir():
-        problem = f"is in the folder {str(folder)!r}, which does not exist"
-    elif not os.access(folder, os.W_OK):
-        problem = f"is in the folder {str(folder)!r}, which is not writable"
+    problem = unwritable(as_path(path, flag))
     if problem:
         raise OutputPathError(
-            f"{flag} {str(path)!r} {problem}; nothing was run",
+            f"{flag} {str(path)!r} {problem[1]}; nothing was run",
             fix=f"create the folder first or pass another {flag}",
         )
 

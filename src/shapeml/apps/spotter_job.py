@@ -11,6 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import optim, sharding
+from .._errors import ArgumentError
+from .._file_paths import check_writable, same_file
 from .._validate import integer, real
 from ..data import batches, shapes
 from ..models import load, save
@@ -91,6 +93,8 @@ def train_spotter(
 
     Raises:
         ArgumentError, ArgumentTypeError: (E0002, E0003) for a bad argument, before any work.
+        FolderMissingError, FileAccessError: (E1305, E1306) for an `out` or `checkpoint` that
+            cannot be written (a missing folder, a folder), before any work.
         NothingTrainedError: (E2103) when no step was applied; `out` is then left as it was.
     """
     steps = integer("steps", steps, low=1)
@@ -101,6 +105,16 @@ def train_spotter(
     lr = real("lr", lr, low=0.0, low_open=True)
     clip = real("clip", clip, low=0.0, low_open=True)
     seed = integer("seed", seed, low=0)
+    # Every output is checked before any work: a typo in a path must not cost the run.
+    for path in (out, checkpoint):
+        if path is not None:
+            check_writable(path)
+    if out is not None and checkpoint is not None and same_file(out, checkpoint):
+        raise ArgumentError(
+            f"`out` and `checkpoint` are the same file {str(out)!r}: the model would overwrite "
+            "the checkpoint and its optimizer state",
+            fix="pass two different paths",
+        )
     if mesh is not None:
         mesh = sharding.make_mesh(mesh)
         sharding.partition_specs(Spotter.init(seed=seed), rules or {})  # rules checked first

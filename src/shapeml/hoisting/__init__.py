@@ -8,6 +8,7 @@ from ._errors import ArtifactMismatchError as ArtifactMismatchError
 from ._errors import ExportedInputError as ExportedInputError
 from ._errors import ExportError as ExportError
 from ._errors import HoistArgumentError as HoistArgumentError
+from ._errors import HoistInputError as HoistInputError
 from ._errors import MutableWeightsError as MutableWeightsError
 from ._errors import NotTracedError as NotTracedError
 from ._export import export as export
@@ -27,6 +28,7 @@ __all__ = [
     "Exported",
     "ExportedInputError",
     "HoistArgumentError",
+    "HoistInputError",
     "HoistReport",
     "Hoisted",
     "MutableWeightsError",

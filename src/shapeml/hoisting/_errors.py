@@ -10,6 +10,7 @@ __all__ = [
     "ExportError",
     "ExportedInputError",
     "HoistArgumentError",
+    "HoistInputError",
     "MutableWeightsError",
     "NotTracedError",
 ]
@@ -126,6 +127,33 @@ reshaped for you. The message names the input, what it expects (`loaded.in_avals
     loaded(jnp.ones((5, 3)))                 # ok: b = 5
     loaded(jnp.ones((5, 3), jnp.int32))      # E1508: dtype int32, expected float32
     loaded(jnp.asarray(x, jnp.float32))      # cast it yourself
+""",
+):
+    pass
+
+
+class HoistInputError(
+    ShapemlError,
+    TypeError,
+    ValueError,
+    code="E1509",
+    title="hoisted function called with inputs of the wrong shape",
+    explanation="""
+A function made by `sm.hoist` (or `sm.bake`) is traced once per structure, shapes and dtypes of
+its inputs. A call whose inputs have a new shape is traced again, which is how a new batch size
+works; but when `f` cannot be traced for the new shapes (JAX refuses an operation, e.g.
+`dot_general requires contracting dimensions to have the same shape`), the call is refused before
+anything runs, with this error. It names the input, the shape it was given, and the shape earlier
+calls with the same weights were traced for: an axis that had the same size on every earlier call
+(the `4` of `float32[*, 4]`) is one `f` needs; an axis shown as `*` changed between calls (a batch
+axis). JAX's own reason follows.
+
+    fast = sm.hoist(forward)             # forward(model, x) = x @ model.w, w: [4 3]
+    fast(model, jnp.ones((2, 4)))         # traced for x: float32[2,4]
+    fast(model, jnp.ones((8, 4)))         # a new batch size: traced again, fine
+    fast(model, jnp.ones((2, 5)))         # E1509: `x` is float32[2,5]; traced for float32[*,4]
+
+A function annotated with shapes (`@sm.shaped`) reports the dim by name instead (E1001).
 """,
 ):
     pass

@@ -19,6 +19,7 @@ from .. import _jax_internals as ji
 from .._compile_cache import CompileCache, Signature, is_array
 from .._validate import instance, integer, shorten
 from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
+from ._inputs import TraceFailedError, input_error
 from ._prepared import Prepared, Run, WeightsKey
 from ._program import Program, ProgramKey, build, trace
 from ._report import HoistReport
@@ -88,6 +89,7 @@ class Hoisted:
         # Programs by signature (never dropped: they hold no weights), and the prepared tensors of
         # the last `cache_size` sets of weights.
         self._programs: CompileCache[Program] = CompileCache(self._build)
+        self._traced: list[ProgramKey] = []  # every signature traced, to explain one that fails
         self._prepared: CompileCache[Prepared] = CompileCache(Prepared, maxsize=cache_size)
         self._last: Prepared | None = None
         self._last_program: Program | None = None
@@ -144,7 +146,13 @@ class Hoisted:
     def _build(self, key: ProgramKey) -> Program:
         """Traces and splits `f` for the signatures in `key` (the program cache's builder)."""
         assemble = self._assembler(key.weights.treedef, key.inputs.treedef, key.n_args)
-        closed, out_tree = trace(self._f, assemble, key)
+        try:
+            closed, out_tree = trace(self._f, assemble, key)
+        except (TypeError, ValueError) as e:
+            if type(e) not in (TypeError, ValueError):  # the user's own (or JAX's named) errors
+                raise
+            raise TraceFailedError(e) from e  # JAX refused the shapes: `_program` explains it
+        self._traced.append(key)
         return build(
             closed,
             out_tree,
@@ -159,7 +167,12 @@ class Hoisted:
         w, ins = self._partition(args, kwargs)
         w_sig, w_leaves = Signature.of(w)
         in_sig, in_leaves = Signature.of(ins)
-        prog = self._programs.get(ProgramKey(w_sig, in_sig, len(args)))
+        key = ProgramKey(w_sig, in_sig, len(args))
+        try:
+            prog = self._programs.get(key)
+        except TraceFailedError as e:
+            w_obj = args[self._argnums[0]] if len(self._argnums) == 1 else None
+            raise input_error(self._f, self._argnums, key, self._traced, w_obj, e) from None
         return prog, w_leaves, in_leaves, in_sig
 
     def _miss(self, args, kwargs, w_leaves, w_tree, ins):

@@ -19,6 +19,7 @@ from ._errors import Int8JsonError as Int8JsonError
 from ._errors import Int8PositionError as Int8PositionError
 from ._errors import Int8PromptError as Int8PromptError
 from ._errors import Int8RequantError as Int8RequantError
+from ._errors import Int8ScaleError as Int8ScaleError
 from ._errors import Int8ShapeError as Int8ShapeError
 from ._errors import Int8SizeError as Int8SizeError
 from ._errors import Int8TensorParallelError as Int8TensorParallelError
@@ -56,6 +57,7 @@ __all__ = [
     "Int8PositionError",
     "Int8PromptError",
     "Int8RequantError",
+    "Int8ScaleError",
     "Int8ShapeError",
     "Int8SizeError",
     "Int8TensorParallelError",

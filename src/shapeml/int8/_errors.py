@@ -1,4 +1,4 @@
-"""The int8 transformer's errors and warnings (codes E1601..E1614)."""
+"""The int8 transformer's errors and warnings (codes E1601..E1615)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ __all__ = [
     "Int8PositionError",
     "Int8PromptError",
     "Int8RequantError",
+    "Int8ScaleError",
     "Int8ShapeError",
     "Int8SizeError",
     "Int8TensorParallelError",
@@ -220,9 +221,36 @@ class Int8JsonError(
     explanation="""
 An int8 model file could not be parsed as JSON: it is truncated or not JSON at all, nests arrays or
 objects deeper than the parser allows, holds a number JSON cannot read (e.g. an integer of more than
-4300 digits), or is larger than the 512 MiB cap (checked from the file's size, before it is read).
+4300 digits), repeats a key inside one object (JSON parsers disagree on which one wins, so the file
+does not say one thing), or is larger than the 512 MiB cap (checked from the file's size, before it
+is read).
 The message says which and where. If the file was copied, check the copy finished; otherwise
 re-export it with `Int8Model.to_json(path)`.
+""",
+):
+    pass
+
+
+class Int8ScaleError(
+    ShapemlError,
+    ValueError,
+    code="E1615",
+    title="int8 export: a degenerate scale",
+    explanation="""
+The int8 exporter (`shapeml.apps.int8_sort.quantize.quantize`, docs/int8.md "Post-training
+quantization") gives every weight and every calibrated activation one scale, `max|.| / 127`, and
+turns ratios of these scales into requant pairs. It refuses, naming the tensor and the cause:
+
+- a float weight holding NaN or an infinity;
+- a scale of 0: an all-zero weight (`wq`, `w1`, ...), or an activation that is zero at every
+  calibration position: `x0` when the embedding rows of the calibration ids and the positional
+  rows are zero, `q`/`k`/`v` when `x0 @ w` vanishes, `h` when the ReLU is dead on the calibration
+  data (`x1 @ w1 <= 0` everywhere), ...; a ratio would divide by it;
+- a scale or a requant ratio that is not a positive finite float64 (an overflow, or a magnitude so
+  small that dividing it by 127 underflows).
+
+A zero activation means the calibration data never exercises that part of the model: calibrate on
+more (or more varied) sequences, or fix the model (a dead ReLU layer contributes nothing).
 """,
 ):
     pass

@@ -3,7 +3,8 @@ parse (size), the parse errors as coded errors (E1614), and the export object.
 
 A file is read only after its size is known to be under `MAX_FILE_BYTES`, and every way the parse
 can fail (bad UTF-8, truncated or invalid JSON, nesting past the recursion limit, an integer too
-long for Python's int parser) is a coded error naming the file, never a raw exception.
+long for Python's int parser, a key repeated in one object) is a coded error naming the file, never
+a raw exception.
 """
 
 from __future__ import annotations
@@ -29,13 +30,27 @@ MAX_FILE_BYTES = 2**29
 _FIX = "re-export it with `Int8Model.to_json(path)`; if it was copied, check the copy finished"
 
 
+class _DuplicateKeyError(Exception):
+    """Raised by the parser's object hook; `read_json` turns it into an E1614 naming the key."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # Python keeps the last of two equal keys, other parsers the first: refuse to pick one.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen = set()
+        raise _DuplicateKeyError(next(k for k, _ in pairs if k in seen or seen.add(k)))
+    return obj
+
+
 def read_json(src: Any) -> Any:
     """The parsed model file of `src`: a path (read and parsed) or an already parsed mapping.
 
     Raises:
         ArgumentTypeError (E0003): `src` is neither a path nor a mapping.
         FileMissingError (E1304), FileFormatError (E1302): no such file, not UTF-8 text.
-        Int8JsonError (E1614): larger than MAX_FILE_BYTES, or not parseable JSON.
+        Int8JsonError (E1614): larger than MAX_FILE_BYTES, not parseable JSON, or an object
+            repeating a key.
     """
     if isinstance(src, Mapping):
         return src
@@ -50,7 +65,13 @@ def read_json(src: Any) -> Any:
         )
     text = read_text(src, fix=_FIX)
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKeyError as e:
+        raise Int8JsonError(
+            f"`{shorten(str(src))}` repeats the key {shorten(e.args[0])} in one object; JSON "
+            "parsers disagree on which value wins, so the file does not say one thing",
+            fix="keep one of the two entries; " + _FIX,
+        ) from None
     except json.JSONDecodeError as e:
         why = f"{e.msg} at line {e.lineno}, column {e.colno}"
     except RecursionError:

@@ -37,8 +37,16 @@ def _train(args: argparse.Namespace) -> int:
             f"--heads {args.heads} does not divide --d {args.d}",
             fix="pick heads so that d / heads is a whole number (the head width)",
         )
-    output_file(args.out, "--out")
-    output_file(args.float_out or None, "--float-out")
+    out = args.out or str(TINY_MODEL_PATH)
+    float_out = (
+        args.float_out
+        if args.float_out is not None
+        else (str(TINY_FLOAT_PATH) if args.out is None else None)
+    )
+    # The outputs as they will be written, defaults included (the shipped files live in the
+    # installed package, which may be read-only), before any work.
+    output_file(out, "--out" if args.out else "--out (default: the shipped model)")
+    output_file(float_out or None, "--float-out" if args.float_out else "--float-out (default)")
     cfg = TrainConfig(
         d=args.d,
         heads=args.heads,
@@ -48,12 +56,6 @@ def _train(args: argparse.Namespace) -> int:
         batch=args.batch,
         lr=args.lr,
         seed=args.seed,
-    )
-    out = args.out or str(TINY_MODEL_PATH)
-    float_out = (
-        args.float_out
-        if args.float_out is not None
-        else (str(TINY_FLOAT_PATH) if args.out is None else None)
     )
     t0 = time.perf_counter()
     q, _ = train_int8(cfg, out=out, float_out=float_out or None, log=print)

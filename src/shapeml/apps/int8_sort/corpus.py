@@ -16,7 +16,11 @@ same corpus on every machine.
 
 from __future__ import annotations
 
+import typing
+
 import numpy as np
+
+from ..._validate import integer
 
 __all__ = ["ALPHABET", "END", "SEP", "TOKENS", "answer_mask", "encode", "make_sequences"]
 
@@ -44,12 +48,23 @@ def _example(rng: np.random.Generator) -> str:
     )
 
 
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def make_sequences(n: int, length: int, seed: int) -> np.ndarray:
     """`n` sequences of `length` tokens, each examples back to back (cut at `length`).
 
+    The generator is specified in docs/int8.md ("Corpus"): `numpy.random.default_rng(seed)`, and
+    per example `rng.integers(2, 7)` letters drawn by `rng.choice(12, size=k, replace=False)`.
+
     Returns:
         int32 `[n length]` token ids.
+
+    Raises:
+        ArgumentTypeError, ArgumentError (E0003, E0002): `n` or `length` not an integer >= 1,
+            `seed` not an integer >= 0.
     """
+    n = integer("n", n, low=1)
+    length = integer("length", length, low=1)
+    seed = integer("seed", seed, low=0)
     rng = np.random.default_rng(seed)
     out = np.empty((n, length), np.int32)
     for i in range(n):

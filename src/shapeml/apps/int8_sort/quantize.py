@@ -11,23 +11,24 @@ requants `res1` and `res2` carry the stream from one to the next.
 from __future__ import annotations
 
 import math
+import typing
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from ...int8 import FORMAT, exp_table, requant_pair
 from ...zoo import transformer as tfm
+from .quantize_checks import EXP_LENGTH, WEIGHTS, check_inputs, check_ratios, check_scales
 
-__all__ = ["SCORE_STEP", "calibrate", "float_intermediates", "quantize"]
+__all__ = ["RATIOS", "SCORE_STEP", "calibrate", "float_intermediates", "quantize"]
 
 SCORE_STEP = 0.1  # nats per exp-table entry: 128 entries cover distances up to 12.7
 
 
 def _np(m: tfm.Transformer) -> dict[str, np.ndarray]:
     w = {k: np.asarray(getattr(m, k), np.float64) for k in ("embed", "pos")}
-    w.update(
-        {k: np.asarray(getattr(m, k)[0], np.float64) for k in ("wq", "wk", "wv", "wo", "w1", "w2")}
-    )
+    w.update({k: np.asarray(getattr(m, k)[0], np.float64) for k in WEIGHTS})
     return w
 
 
@@ -63,46 +64,77 @@ def float_intermediates(m: tfm.Transformer, seqs: np.ndarray) -> dict[str, np.nd
     }
 
 
+def _amax(a: dict[str, np.ndarray]) -> dict[str, float]:
+    return {k: float(np.abs(a[k]).max()) for k in ("x0", "x1", "x2", "q", "k", "v", "attn", "h")}
+
+
 def calibrate(m: tfm.Transformer, seqs: np.ndarray) -> dict[str, float]:
     """The scale (real value of one integer step) of every activation, from corpus samples."""
-    a = float_intermediates(m, seqs)
-    amax = lambda *xs: max(float(np.abs(x).max()) for x in xs)
-    return {
-        "x0": amax(a["x0"]) / 127,
-        "x1": amax(a["x1"]) / 127,
-        "x2": amax(a["x2"]) / 127,
-        "q": amax(a["q"]) / 127,
-        "k": amax(a["k"]) / 127,
-        "v": amax(a["v"]) / 127,
-        "attn": amax(a["attn"]) / 127,
-        "h": amax(a["h"]) / 127,
-    }
+    return {k: v / 127 for k, v in _amax(float_intermediates(m, seqs)).items()}
 
 
 def _q8(x: np.ndarray, scale: float) -> np.ndarray:
-    return np.clip(np.floor(x / scale + 0.5), -128, 127).astype(np.int64)
+    with np.errstate(over="ignore"):  # a huge x / scale is clipped to 127 like any other
+        return np.clip(np.floor(x / scale + 0.5), -128, 127).astype(np.int64)
 
 
+# Each point's ratio, accumulator scale over output scale, evaluated left to right in float64.
+RATIOS = {
+    "q": "s_x0 * s_wq / s_q",
+    "k": "s_x0 * s_wk / s_k",
+    "v": "s_x0 * s_wv / s_v",
+    "score": "s_q * s_k / (sqrt(dh) * 0.1)",
+    "attn": "s_v / (127 * s_attn)",
+    "wo": "s_attn * s_wo / s_x1",
+    "res1": "s_x0 / s_x1",
+    "w1": "s_x1 * s_w1 / s_h",
+    "w2": "s_h * s_w2 / s_x2",
+    "res2": "s_x1 / s_x2",
+}
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def quantize(
     m: tfm.Transformer,
-    calib: np.ndarray,
-    tokens: tuple[str, ...],
-    meta: dict[str, Any] | None = None,
+    calib: Any,
+    tokens: Sequence[str],
+    meta: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The int8 model file (a dict, see docs/int8.md) of float model `m`, calibrated on `calib`.
 
+    Every input is checked first, in the order docs/int8.md states, before any work; then the
+    scales and the requant ratios (a degenerate model is refused, never exported half-broken).
+
     Args:
-        m: a trained `Transformer` with L = 1.
-        calib: int32 `[n t]` corpus sequences for the activation ranges.
-        tokens: the string of each token id.
-        meta: notes stored in the file.
+        m: a `Transformer` with L = 1 whose dims fit the int8 file's caps.
+        calib: integer token ids `[n t]` (numpy or JAX array, or nested lists), `1 <= t <= T`,
+            every id in `0 .. V-1`: the sequences the activation ranges are measured on.
+        tokens: the string of each token id (a list or tuple of V strings, the rules of "Text").
+        meta: notes stored in the file's `meta` (JSON values, without a `scales` key), or None.
+
+    Returns:
+        The file's object: `format`, `dims`, `tokens`, `requant`, `exp_table`, `tensors`, `meta`
+        (meta's own keys first, then `scales`, every scale used).
+
+    Raises:
+        ArgumentTypeError (E0003): `m` not a Transformer of concrete arrays; `calib` not integers.
+        Int8SizeError (E1607): L != 1, or dims outside the int8 file's caps.
+        Int8FileError (E1601), Int8ShapeError (E1602), Int8VocabularyError (E1613): `tokens`.
+        ArgumentError (E0002): `calib` not `[n t]`, empty, longer than T, or too large.
+        Int8TokenError (E1608): a calibration id outside `0 .. V-1`.
+        Int8FileError (E1601) / ArgumentError (E0002): `meta` not JSON, or holding `scales`.
+        Int8ScaleError (E1615): a non-finite weight, a zero or non-finite scale (an all-zero
+            weight, a ReLU dead on the calibration data, ...), or a ratio out of float64's range.
     """
-    if m.dims.L != 1:
-        raise ValueError(f"shapeml.int8 quantizes one-layer models, got L={m.dims.L}")
-    w = _np(m)
-    s = calibrate(m, calib)
-    sw = {k: float(np.abs(w[k]).max()) / 127 for k in ("wq", "wk", "wv", "wo", "w1", "w2")}
-    s_e = float(np.abs(w["embed"]).max()) / 127
+    w, calib, tokens, meta = check_inputs(m, calib, tokens, meta)
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is a non-finite scale below
+        amax = _amax(float_intermediates(m, calib))
+    amax |= {k: float(np.abs(w[k]).max()) for k in (*WEIGHTS, "embed")}
+    scale = {k: v / 127 for k, v in amax.items()}
+    check_scales(amax, scale)
+    s = {k: scale[k] for k in ("x0", "x1", "x2", "q", "k", "v", "attn", "h")}
+    sw = {k: scale[k] for k in WEIGHTS}
+    s_e = scale["embed"]
     dh = m.dims.D // m.dims.H
     ratios = {
         "q": s["x0"] * sw["wq"] / s["q"],
@@ -116,10 +148,11 @@ def quantize(
         "w2": s["h"] * sw["w2"] / s["x2"],
         "res2": s["x1"] / s["x2"],
     }
+    check_ratios(ratios, RATIOS)
     tensors = {
         "embed": _q8(w["embed"], s["x0"]),
         "positions": _q8(w["pos"], s["x0"]),
-        **{k: _q8(w[k], sw[k]) for k in ("wq", "wk", "wv", "wo", "w1", "w2")},
+        **{k: _q8(w[k], sw[k]) for k in WEIGHTS},
         "eq": _q8(w["embed"], s_e),
     }
     d = m.dims
@@ -128,7 +161,7 @@ def quantize(
         "dims": {"d": d.D, "heads": d.H, "d_ff": d.F, "vocab": d.V, "ctx": d.T},
         "tokens": list(tokens),
         "requant": {k: list(requant_pair(r)) for k, r in ratios.items()},
-        "exp_table": exp_table(SCORE_STEP, length=128),
+        "exp_table": exp_table(SCORE_STEP, length=EXP_LENGTH),
         "tensors": {k: v.reshape(-1).tolist() for k, v in tensors.items()},
-        "meta": dict(meta or {}, scales={**s, **{f"w_{k}": v for k, v in sw.items()}, "eq": s_e}),
+        "meta": dict(meta, scales={**s, **{f"w_{k}": v for k, v in sw.items()}, "eq": s_e}),
     }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 
 import jax
@@ -16,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import optim
+from ..._file_paths import check_writable
 from ...int8 import Int8Model
 from ...models import save as save_model
 from ...training import TrainStep
@@ -104,8 +106,8 @@ def evaluate(q: Int8Model, m: tfm.Transformer, seqs: np.ndarray) -> dict[str, fl
 def train_int8(
     cfg: TrainConfig = TrainConfig(),
     *,
-    out: str | None = None,
-    float_out: str | None = None,
+    out: str | os.PathLike | None = None,
+    float_out: str | os.PathLike | None = None,
     log=None,
 ) -> tuple[Int8Model, tfm.Transformer]:
     """Trains the float model, quantizes it (calibrated on corpus samples), evaluates both on
@@ -114,7 +116,14 @@ def train_int8(
 
     Returns:
         `(int8_model, float_model)`; the evaluation is in `int8_model.meta["eval"]`.
+
+    Raises:
+        FolderMissingError, FileAccessError: (E1305, E1306) for an `out` or `float_out` that
+            cannot be written (a missing folder, a folder), before any work.
     """
+    for path in (out, float_out):  # every output, before any work
+        if path is not None:
+            check_writable(path)
     m, stats = train_float(cfg, log=log)
     calib = _corpus.make_sequences(cfg.calib_sequences, cfg.ctx, seed=cfg.seed + 500)
     meta = {
