@@ -8,11 +8,15 @@ checked twice over, by two of JAX's own mechanisms, so that it is caught whereve
   a computation. The one shell (`shapeml._shell`) checkifies its step and runs the checks as a
   program of their own *before* the step, so a bad index raises and the donated state is untouched;
 - `eqx.error_if`, which fails the computation in a user's own `jax.jit` (per element under `vmap`).
+
+While the shell traces a step (`checked_before_step()`), the `eqx.error_if` is left out: the step's
+checks have passed before it runs, and a host callback in a program would cost every call.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import warnings
 from typing import Any
@@ -34,6 +38,7 @@ __all__ = [
     "StateIndexTypeError",
     "assume_in_bounds",
     "check_index",
+    "checked_before_step",
     "coded_check_failure",
     "coded_runtime_failure",
     "in_bounds",
@@ -84,6 +89,21 @@ static length that starts at a per-call position.
 """,
 ):
     pass
+
+
+_CHECKED_BEFORE_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "shapeml_checked_before_step", default=False
+)
+
+
+@contextlib.contextmanager
+def checked_before_step():
+    """While the shell traces a step whose checks it runs first: no `eqx.error_if` is added."""
+    token = _CHECKED_BEFORE_STEP.set(True)
+    try:
+        yield
+    finally:
+        _CHECKED_BEFORE_STEP.reset(token)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,7 +326,7 @@ def check_index(
             (StateIndexError.code, index_message(shown, size, extent, "{}"), _fix(size, extent), "")
         )
         checkify.debug_check(ok, text, idx)
-        if error_in_jit:
+        if error_in_jit and not _CHECKED_BEFORE_STEP.get():
             # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
             message = f"[{StateIndexError.code}] {_runtime_message(what, size, extent)}"
             idx = eqx.error_if(idx, ~ok, message)

@@ -9,12 +9,19 @@ import numpy as np
 
 from . import _jax_internals as jxi
 
-__all__ = ["TooWideError", "canonical", "named_leaves", "saturated", "too_wide"]
+__all__ = ["TooWideError", "canonical", "canonical_leaf", "named_leaves", "saturated", "too_wide"]
 
 
 def _int() -> np.dtype:
     """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
     return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+
+
+# Dtypes JAX keeps as they are with or without `jax_enable_x64`: an array of one needs no check.
+_CANONICAL = frozenset(
+    np.dtype(d)
+    for d in ("bool", "int8", "int16", "int32", "uint8", "uint16", "uint32", "float16", "float32")
+)
 
 
 class TooWideError(Exception):
@@ -43,7 +50,10 @@ def saturated(x) -> np.ndarray:
     return np.asarray(np.clip(arr, info.min, info.max), dtype)
 
 
-def _canonical(x, name: str, error: type, lenient: bool):
+def canonical_leaf(x, name: str, error: type, lenient: bool = False):
+    """One input leaf made canonical (see `canonical`)."""
+    if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common case, first
+        return x
     if isinstance(x, jax.Array):
         if jxi.is_tracer(x):
             raise error(
@@ -92,7 +102,7 @@ def canonical(name: str, inputs, error: type, *, lenient: bool = False):
         TooWideError: for an int too wide for JAX's int dtype; with `lenient`, it is clipped into it
             instead (see `saturated`).
     """
-    return jax.tree.map(lambda x: _canonical(x, name, error, lenient), inputs)
+    return jax.tree.map(lambda x: canonical_leaf(x, name, error, lenient), inputs)
 
 
 def named_leaves(inputs) -> list[tuple[str, object]]:

@@ -21,10 +21,14 @@ import numpy as np
 from jax.experimental import checkify
 
 from . import _jax_internals as jxi
-from ._compile_cache import CompileCache, Signature
+from ._compile_cache import CompileCache, Signature, leaf_key
 from ._errors import ShapemlError
-from ._index import StateIndexError, coded_check_failure, coded_runtime_failure
-from ._inputs import TooWideError, canonical, named_leaves, saturated, too_wide
+from ._index import (
+    StateIndexError,
+    checked_before_step,
+    coded_check_failure,
+)
+from ._inputs import TooWideError, canonical, canonical_leaf, named_leaves, saturated, too_wide
 
 __all__ = ["CarryChangedError", "Shell", "StepInputError"]
 
@@ -77,6 +81,19 @@ def _owned(x: jax.Array) -> jax.Array:
     (On CPU, `device_put` of a numpy array may alias it: the copy is a real one.)"""
     x = jnp.asarray(x)
     return jax.jit(jnp.copy, out_shardings=x.sharding)(x)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Checks:
+    """A step's index checks compiled on their own, and which of the step's arguments they read."""
+
+    compiled: Any
+    args: tuple[int, ...]
+
+    def run(self, flat: Sequence) -> Any:
+        """The checks' error on the host, or None when every check passed (one flag read)."""
+        failed, err = self.compiled(*[flat[i] for i in self.args])
+        return jax.device_get(err) if bool(failed) else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,11 +188,12 @@ class Shell:
         self._check(*self._program(inputs, kwargs))
 
     def _program(self, inputs: tuple, kwargs: dict) -> tuple[_Program, list]:
+        leaves, treedef = jax.tree.flatten((inputs, kwargs))
         try:
-            tree = canonical(self.name, (inputs, kwargs), StepInputError)
+            leaves = [canonical_leaf(x, self.name, StepInputError) for x in leaves]
         except TooWideError:
             self._too_wide(inputs, kwargs)
-        key, leaves = Signature.of(tree)
+        key = Signature(treedef, tuple(map(leaf_key, leaves)))
         dynamic = [leaves[i] for i in key.dynamic()]
         self._inputs = dynamic  # a new program is compiled for these inputs' placement too
         return self._programs.get(key), dynamic
@@ -205,13 +223,8 @@ class Shell:
     def _check(self, program: _Program, dynamic: list) -> None:
         if program.checks is None:
             return
-        try:
-            message = (err := program.checks(*self._model, *self._carry, *dynamic)).get()
-        except Exception as e:  # an `eqx.error_if` on a checked index (a check of a check)
-            coded = coded_runtime_failure(e)
-            if coded is None:
-                raise
-            raise coded from None
+        err = program.checks.run([*self._model, *self._carry, *dynamic])
+        message = None if err is None else err.get()
         if message is not None:
             coded = coded_check_failure(message)
             if coded is None:
@@ -243,17 +256,36 @@ class Shell:
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
         shardings = (None, [x.sharding for x in self._carry])
         traced = jax.jit(flat, donate_argnums=tuple(range(nm, nm + nc)), out_shardings=shardings)
-        traced = traced.trace(*args)
-        checks = None
-        if jxi.has_checks(traced.jaxpr.jaxpr):
-            # Checkified from the traced program, not the Python step (the step is traced once),
-            # pruned to what the checks need: not the step, nor its own `eqx.error_if`s.
-            closed = traced.jaxpr
-            pruned, _ = jxi.dce(closed, [False] * len(closed.out_avals), keep_inputs=True)
-            run = jxi.as_fun(pruned)
-            only_errors = lambda *a: checkify.checkify(run, errors=checkify.user_checks)(*a)[0]  # noqa: E731
-            checks = jax.jit(only_errors).trace(*args).lower().compile()
-        step = traced.lower().compile()
+        with checked_before_step():  # its checks run first: no eqx.error_if in the step
+            traced = traced.trace(*args)
+        if not jxi.has_checks(traced.jaxpr.jaxpr):
+            return _Program(traced.lower().compile(), None, record["out"])
+        # The checks and the step are both compiled from the one trace (the Python step runs
+        # once), each through `checkify`: the checks pruned to what they need (not the step, and
+        # only the arguments they read: a check of `pos` never waits for the carry); the step
+        # with its checks dropped, so it has no effects and keeps JAX's fast call path.
+        closed = traced.jaxpr
+        pruned, used = jxi.dce(closed, [False] * len(closed.out_avals))
+        checked = checkify.checkify(jxi.as_fun(pruned), errors=checkify.user_checks)
+        used = tuple(i for i, u in enumerate(used) if u)
+
+        def only_errors(*a):
+            err = checked(*a)[0]
+            failed = [x for x in jax.tree.leaves(err) if x.dtype == jnp.bool_]  # its flags
+            return jnp.any(jnp.stack(failed)), err
+
+        checks = _Checks(
+            jax.jit(only_errors).trace(*[args[i] for i in used]).lower().compile(), used
+        )
+        full = checkify.checkify(jxi.as_fun(closed), errors=checkify.user_checks)
+        n_out = len(traced.out_info[0])
+
+        def unchecked(*a):
+            results = full(*a)[1]
+            return list(results[:n_out]), list(results[n_out:])
+
+        step = jax.jit(unchecked, donate_argnums=tuple(range(nm, nm + nc)), out_shardings=shardings)
+        step = step.trace(*args).lower().compile()
         return _Program(step, checks, record["out"])
 
 
