@@ -19,10 +19,11 @@ import numpy as np
 from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._validate import shorten
-from ._checks import child_dims
+from ._checks import statics_of
 from ._dims import Dims
-from ._introspect import declared, tensors
+from ._introspect import declared, statics, tensors
 from ._limits import check_size, max_bytes_of
+from ._mapped import child_dims
 from ._metadata import check_kinds, model_metadata, saved_dims, saved_statics
 from ._model import Model, ShapeMismatchError
 
@@ -113,7 +114,9 @@ def save(
             f"tensors of `{type(m).__name__}` are traced, not values",
             fix="save outside the transformation, e.g. after the jitted step returns",
         )
-    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
+    expected = {
+        k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims, statics(m)).items()
+    }
     problems = entry_problems(expected, arrays)
     if problems:  # e.g. a vmapped ensemble: every tensor has a leading axis no `load` expects
         raise ShapeMismatchError(
@@ -230,9 +233,9 @@ def model_from_arrays(
             fix=f"load with sm.load(path, {cls.__name__}) to take the file's dims",
         )
     check_kinds(meta, source)
-    statics = saved_statics(meta, source)
-    check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`")
-    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims).items()}
+    saved = saved_statics(meta, source)
+    check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`", saved)
+    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims, saved).items()}
     problems = entry_problems(expected, arrays)
     if problems:
         raise CheckpointError(
@@ -240,7 +243,7 @@ def model_from_arrays(
             f"{len(problems)} problem(s):\n    " + "\n    ".join(_first(problems)),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
-    return _build(cls, dims, arrays, "", statics)
+    return _build(cls, dims, arrays, "", saved)
 
 
 def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, Any]) -> list[str]:
@@ -300,20 +303,21 @@ def _fmt(shape, dtype) -> str:
 
 
 def _build(
-    cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: dict
+    cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: Mapping
 ) -> Model:
-    values = {k: saved[prefix + k] for k in cls.__shapeml_statics__ if prefix + k in saved}
+    own = statics_of(cls, saved, prefix)
+    values: dict[str, Any] = dict(own)
     for name, spec in cls.__shapeml_fields__.items():
-        if spec.kind == "submodel":
-            values[name] = _build(
-                spec.model, child_dims(spec.model, dims), arrays, f"{prefix}{name}.", saved
+        if spec.kind in ("submodel", "submodels"):
+            sub = child_dims(spec, dims)
+            paths = (
+                [f"{prefix}{name}."]
+                if spec.kind == "submodel"
+                else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
-        elif spec.kind == "submodels":
-            sub = child_dims(spec.model, dims)
-            values[name] = tuple(
-                _build(spec.model, sub, arrays, f"{prefix}{name}.{i}.", saved)
-                for i in range(spec.count_in(dims))
-            )
-        else:
+            options = {p + k: v for p in paths for k, v in spec.mapped.options}
+            models = [_build(spec.model, sub, arrays, p, {**options, **saved}) for p in paths]
+            values[name] = models[0] if spec.kind == "submodel" else tuple(models)
+        elif spec.present(own):
             values[name] = jnp.asarray(arrays[prefix + name])
     return cls(dims=dims, **values)
