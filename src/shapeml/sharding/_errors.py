@@ -30,7 +30,7 @@ of the fields' axes and suggests a close one.
 
     sm.shard(m, mesh, {"Dff": "model"})   # E1901: the model declares F, not Dff
     sm.shard(m, mesh, {"F": "model"})
-"""
+""",
 ):
     def __str__(self) -> str:  # KeyError would otherwise quote the whole message
         return ShapemlError.__str__(self)
