@@ -132,7 +132,9 @@ def test_learned_positions_are_an_optional_field_of_the_same_class(tmp_path):
     assert sm.count_params(learned) - sm.count_params(plain) == 6 * 8
     # the rest draws the same: adding the table changes no other field
     np.testing.assert_array_equal(learned.attn.q.w, plain.attn.q.w)
-    sm.save(tmp_path / "l.safetensors", learned)
-    with pytest.raises(sm.ShapemlError, match="E1301") as e:
-        sm.load(tmp_path / "l.safetensors", Plain)  # same class name, no table declared
-    assert "unexpected: `attn.pos`" in str(e.value)
+    sm.save(tmp_path / "l.safetensors", learned.attn)
+    back = sm.load(tmp_path / "l.safetensors", nn.MultiHeadAttention)  # the file's options
+    assert back.positions == "learned" and back.pos.shape == (6, 8)
+    with pytest.raises(sm.ShapemlError, match="E1303") as e:
+        sm.load(tmp_path / "l.safetensors", like=plain.attn)
+    assert "positions: file 'learned', model 'none'" in str(e.value)

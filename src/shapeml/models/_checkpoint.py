@@ -64,11 +64,13 @@ class CheckpointModelError(
     code="E1303",
     title="checkpoint is for another model or other dims",
     explanation="""
-The checkpoint was saved from another model class, or with other dims than the model it is being
-loaded like. The message names the class or each dim that differs, with both values.
+The checkpoint was saved from another model class, or with other dims or options (static fields)
+than the model it is being loaded like. The message names the class, or each dim or option that
+differs, with both values.
 
-`sm.load(path, Cls)` takes the dims from the file; `sm.load(path, like=m)` requires the file's dims
-to equal `m.dims`. Build the model with the file's dims, e.g. `Spotter.init(seed=0, D=64)`.
+`sm.load(path, Cls)` takes the dims and options from the file; `sm.load(path, like=m)` requires
+the file's dims to equal `m.dims` and its options `m`'s. Build the model with the file's dims and
+options, e.g. `Spotter.init(seed=0, D=64)`, `nn.Linear.init(seed=0, bias=False)`.
 """,
 ):
     pass
@@ -142,7 +144,7 @@ def load(
     Args:
         path: the checkpoint file.
         cls: the model class; its dims are taken from the file.
-        like: instead of `cls`, a model whose class and dims the file must match.
+        like: instead of `cls`, a model whose class, dims and options the file must match.
         max_bytes: the most the file's tensors and the model may hold, checked from the header
             and the dims before any tensor is read (default 16 GiB).
         allow_nonfinite: True (or the dotted names) to load NaN/inf values without warning.
@@ -163,7 +165,13 @@ def load(
     """
     cls, arrays, meta, limit = read_model_file(path, cls, like, max_bytes, allow_nonfinite)
     return model_from_arrays(
-        cls, arrays, meta, str(path), like_dims=like.dims if like else None, max_bytes=limit
+        cls,
+        arrays,
+        meta,
+        str(path),
+        like_dims=like.dims if like else None,
+        max_bytes=limit,
+        like_statics=statics(like) if like else None,
     )
 
 
@@ -211,6 +219,7 @@ def model_from_arrays(
     like_dims: Dims | None = None,
     *,
     max_bytes: int | None = None,
+    like_statics: Mapping[str, Any] | None = None,
 ) -> Model:
     """Builds a `cls` from dotted-name arrays and checkpoint metadata, checking everything.
 
@@ -234,6 +243,8 @@ def model_from_arrays(
         )
     check_kinds(meta, source)
     saved = saved_statics(meta, source)
+    if like_statics is not None:
+        _check_like_statics(saved, like_statics, source, cls)
     check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`", saved)
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims, saved).items()}
     problems = entry_problems(expected, arrays)
@@ -244,6 +255,23 @@ def model_from_arrays(
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
     return _build(cls, dims, arrays, "", saved)
+
+
+def _check_like_statics(saved: Mapping, like: Mapping, source: str, cls: type) -> None:
+    """E1303 unless a file saved every static of the model it is loaded like with its value (a
+    file that names no statics, not written by shapeml, is taken as it is)."""
+    if not saved:
+        return
+    diff = [
+        f"{k}: file {saved.get(k)!r}, model {v!r}" for k, v in like.items() if saved.get(k) != v
+    ]
+    if diff:
+        raise CheckpointModelError(
+            f"`{source}` was saved with other options than the model it is loaded like "
+            f"({'; '.join(diff[:8])})",
+            fix=f"load with sm.load(path, {cls.__name__}) to take the file's options, or build "
+            "the model with the file's options",
+        )
 
 
 def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, Any]) -> list[str]:
@@ -316,7 +344,7 @@ def _build(
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
             options = {p + k: v for p in paths for k, v in spec.mapped.options}
-            models = [_build(spec.model, sub, arrays, p, {**options, **saved}) for p in paths]
+            models = [_build(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
             values[name] = models[0] if spec.kind == "submodel" else tuple(models)
         elif spec.present(own):
             values[name] = jnp.asarray(arrays[prefix + name])

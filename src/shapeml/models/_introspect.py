@@ -116,9 +116,10 @@ def declared(
 ) -> dict[str, tuple[str, tuple[int, ...], object]]:
     """What a model of class `cls` with these dims holds: dotted name -> (kind, shape, dtype).
 
-    `statics` are the static values by dotted name (`statics(m)`, or a file's); a sub-model's
-    static not given takes its parent's declared option, else its default. They decide which
-    optional tensors are present.
+    `statics` are the static values by dotted name (`statics(m)`, or a file's); an option a
+    parent's declaration sets is the declaration's, and a static given nowhere takes its default.
+    They decide which optional tensors are present (so a file holding `up.b` is an unexpected
+    entry for a parent that declares `up` without bias).
     """
     given = {} if statics is None else statics
     own = statics_of(cls, given, prefix)
@@ -133,7 +134,7 @@ def declared(
             )
             options = {prefix + p + k: v for p in prefixes for k, v in spec.mapped.options}
             for p in prefixes:
-                inner = declared(spec.model, sub, {**options, **given}, prefix + p)
+                inner = declared(spec.model, sub, {**given, **options}, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})
         elif spec.present(own):
             out[name] = (spec.kind, spec.shape_in(dims), spec.dtype)

@@ -104,7 +104,7 @@ def declarations(
             )
             options = {p + k: v for p in paths for k, v in spec.mapped.options}
             for p in paths:
-                yield from declarations(spec.model, sub, {**options, **statics}, p)
+                yield from declarations(spec.model, sub, {**statics, **options}, p)
         elif spec.present(own):
             yield prefix + name, spec, level
 
