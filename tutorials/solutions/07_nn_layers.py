@@ -110,7 +110,7 @@ def head_forward(m: HeadGPT, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]
 
 
 headed = HeadGPT.init(seed=0, D=48, H=6)
-assert headed.head.w.shape == (48, d.V) and headed.blocks[0].attn.dims.K == 8
+assert headed.head.w.shape == (48, d.V) and headed.blocks[0].attn.dims.Dh == 8
 assert jax.eval_shape(head_forward, headed, jnp.zeros((2, 5), jnp.int32)).shape == (2, 5, d.V)
 zero = sm.Grad[HeadGPT](jax.tree.map(jnp.zeros_like, headed))
 decayed, _ = jax.jit(optim.update)(headed, optim.adamw(headed, lr=0.1, weight_decay=0.5), zero)

@@ -14,13 +14,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._errors import ArgumentTypeError, ShapemlError, similar
+from .._errors import ArgumentTypeError, ShapemlError
 from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._validate import shorten
 from ._checks import statics_of
 from ._dims import Dims
+from ._entries import entry_problems, first_problems
 from ._introspect import declared, statics, tensors
 from ._limits import check_size, max_bytes_of
 from ._mapped import child_dims
@@ -251,7 +251,7 @@ def model_from_arrays(
     if problems:
         raise CheckpointError(
             f"`{source}` does not match `{cls.__name__}` ({' '.join(f'{k}={v}' for k, v in dims.items())}): "
-            f"{len(problems)} problem(s):\n    " + "\n    ".join(_first(problems)),
+            f"{len(problems)} problem(s):\n    " + "\n    ".join(first_problems(problems)),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
     return _build(cls, dims, arrays, "", saved)
@@ -274,39 +274,6 @@ def _check_like_statics(saved: Mapping, like: Mapping, source: str, cls: type) -
         )
 
 
-def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, Any]) -> list[str]:
-    """Every missing, unexpected (with near-miss hints), wrong-shape and wrong-dtype entry.
-
-    `expected` maps each name to `(shape, dtype)`.
-    """
-    problems = []
-    missing = [k for k in expected if k not in arrays]
-    for k in missing:
-        problems.append(f"missing: `{k}` {_fmt(*expected[k])}")
-    for k in arrays:
-        if k not in expected:
-            # near-miss hints are for a renamed field or two, not for a file of another model
-            hint = similar(k, missing, what="missing entry") if len(missing) <= 64 else None
-            problems.append(
-                f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
-                + (f" ({hint})" if hint else "")
-            )
-    for k, (shape, dtype) in expected.items():
-        if k in arrays:
-            a = arrays[k]
-            if tuple(a.shape) != tuple(shape):
-                problems.append(
-                    f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
-                    f"file has {_fmt(a.shape, a.dtype)}"
-                )
-            elif np.dtype(a.dtype) != np.dtype(dtype):
-                problems.append(
-                    f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
-                    f"file has {np.dtype(a.dtype).name}"
-                )
-    return problems
-
-
 def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
     saved = saved_dims(meta, source)
     unknown = [k for k in saved if k not in cls.dims]
@@ -317,17 +284,6 @@ def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
             fix="load it into the model class it was saved from",
         )
     return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
-
-
-def _first(problems: list[str], limit: int = 40) -> list[str]:
-    """The problems to list in a message: all of a few, the first `limit` of many."""
-    if len(problems) <= limit:
-        return problems
-    return [*problems[:limit], f"... and {len(problems) - limit} more"]
-
-
-def _fmt(shape, dtype) -> str:
-    return f"[{' '.join(map(str, shape))}] {np.dtype(dtype).name}"
 
 
 def _build(
