@@ -79,13 +79,19 @@ class FieldSpec:
 
     def present(self, statics: Mapping[str, Any]) -> bool:
         """Whether a model with these static values holds this tensor."""
-        return all(
-            k in statics and type(statics[k]) is type(v) and statics[k] == v for k, v in self.when
-        )
+        return not self._unmet(statics)
 
     def absent_because(self, statics: Mapping[str, Any]) -> str:
         """Why the tensor is absent, e.g. `bias=False`."""
-        return ", ".join(f"{k}={statics.get(k)!r}" for k, v in self.when if statics.get(k) != v)
+        return ", ".join(f"{k}={statics.get(k)!r}" for k in self._unmet(statics))
+
+    def _unmet(self, statics: Mapping[str, Any]) -> list[str]:
+        # exact values: `bias=1` is not `bias=True`
+        return [
+            k
+            for k, v in self.when
+            if not (k in statics and type(statics[k]) is type(v) and statics[k] == v)
+        ]
 
     @property
     def shape_str(self) -> str:
@@ -163,7 +169,7 @@ def _when(when: Any) -> tuple[tuple[str, Any], ...]:
     )
 
 
-def _mapped(kind: str, model: Any, names_and_options: Mapping[str, Any]) -> Mapped:
+def _as_mapped(kind: str, model: Any, names_and_options: Mapping[str, Any]) -> Mapped:
     if isinstance(model, Mapped):
         if names_and_options:
             raise FieldDeclarationError(
@@ -193,7 +199,7 @@ def submodel(model: type | Mapped, /, **dims_and_options: Any):
     Example:
         >>> up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F", bias=False)
     """
-    mapped = _mapped("submodel", model, dims_and_options)
+    mapped = _as_mapped("submodel", model, dims_and_options)
     return _declare(FieldSpec("submodel", model=mapped.model, mapped=mapped))
 
 
@@ -208,7 +214,7 @@ def submodels(model: type | Mapped, count: int | str, /, **dims_and_options: Any
             f"sm.submodels(..., count={count!r}): count must be a whole number >= 0 or a dim name",
             fix='write e.g. sm.submodels(Block, "L") with L a dim, or sm.submodels(Block, 2)',
         )
-    mapped = _mapped("submodels", model, dims_and_options)
+    mapped = _as_mapped("submodels", model, dims_and_options)
     return _declare(FieldSpec("submodels", model=mapped.model, count=count, mapped=mapped))
 
 
