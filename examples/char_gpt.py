@@ -34,10 +34,10 @@ class Block(sm.Model):
     dims = sm.Dims(D=128, H=4, T=128)
     ln1: nn.LayerNorm = sm.submodel(nn.LayerNorm)
     attn: nn.MultiHeadAttention = sm.submodel(
-        nn.MultiHeadAttention.of(causal=True, positions="rotary")
+        nn.MultiHeadAttention, causal=True, positions="rotary"
     )
     ln2: nn.LayerNorm = sm.submodel(nn.LayerNorm)
-    mlp: nn.MLP = sm.submodel(nn.MLP.of(F="4 * D"))
+    mlp: nn.MLP = sm.submodel(nn.MLP, F="4 * D")
 
 
 class GPT(sm.Model):

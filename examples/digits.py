@@ -25,13 +25,13 @@ class DigitsCNN(sm.Model):
     """`[b 1 S S]` images -> `[b N]` logits; the layers take these dims by name."""
 
     dims = sm.Dims(S=8, C1=32, C2=64, H="C2 * (S // 2) ** 2", N=10)
-    conv1: nn.Conv2d = sm.submodel(nn.Conv2d.of(Ci=1, Co="C1", padding=1))
-    bn1: nn.BatchNorm = sm.submodel(nn.BatchNorm.of(C="C1"))
-    conv2: nn.Conv2d = sm.submodel(nn.Conv2d.of(Ci="C1", Co="C2", padding=1))
-    bn2: nn.BatchNorm = sm.submodel(nn.BatchNorm.of(C="C2"))
-    pool: nn.MaxPool2d = sm.submodel(nn.MaxPool2d.of(window=2))
-    drop: nn.Dropout = sm.submodel(nn.Dropout.of(rate=0.3))
-    head: nn.Linear = sm.submodel(nn.Linear.of(In="H", Out="N"))
+    conv1: nn.Conv2d = sm.submodel(nn.Conv2d, Ci=1, Co="C1", padding=1)
+    bn1: nn.BatchNorm = sm.submodel(nn.BatchNorm, C="C1")
+    conv2: nn.Conv2d = sm.submodel(nn.Conv2d, Ci="C1", Co="C2", padding=1)
+    bn2: nn.BatchNorm = sm.submodel(nn.BatchNorm, C="C2")
+    pool: nn.MaxPool2d = sm.submodel(nn.MaxPool2d, window=2)
+    drop: nn.Dropout = sm.submodel(nn.Dropout, rate=0.3)
+    head: nn.Linear = sm.submodel(nn.Linear, In="H", Out="N")
 
 
 @sm.shaped

@@ -16,7 +16,7 @@ RNG = np.random.default_rng(1)
 
 
 def _rope(x, positions):
-    """Rotates the pairs (i, i + K/2) of `x [b t h K]` by pos * 10000 ** (-2i / K)."""
+    """Rotates the pairs (i, i + Dh/2) of `x [b t h Dh]` by pos * 10000 ** (-2i / Dh)."""
     k = x.shape[-1]
     out = np.empty_like(x)
     for i in range(k // 2):
@@ -31,7 +31,7 @@ def reference(m, x, causal, positions):
     """Multi-head attention in float64 numpy, one head at a time."""
     x = np.asarray(x, np.float64)
     b, t, d = x.shape
-    h, k = m.dims.H, m.dims.K
+    h, k = m.dims.H, m.dims.Dh
     w = {n: np.asarray(getattr(m, n).w, np.float64) for n in "qkvo"}
     xqk = x + np.asarray(m.pos, np.float64)[:t] if positions == "learned" else x
     q = (xqk @ w["q"]).reshape(b, t, h, k)
@@ -52,9 +52,11 @@ def reference(m, x, causal, positions):
 
 @pytest.mark.parametrize("causal,positions", [(False, "none"), (True, "rotary"), (True, "learned")])
 def test_attention_matches_numpy_and_the_cached_decode_matches_the_forward(causal, positions):
-    cls = nn.MultiHeadAttention.of(causal=causal, positions=positions)
-    m = cls.init(seed=0, D=12, H=3, T=8)
-    assert (m.dims.K, m.causal, m.positions) == (4, causal, positions)
+    m = nn.MultiHeadAttention.init(seed=0, D=12, H=3, T=8, causal=causal, positions=positions)
+    assert type(m) is nn.MultiHeadAttention
+    assert (m.dims.Dh, m.causal, m.positions) == (4, causal, positions)
+    assert (m.pos is not None) == (positions == "learned")
+    assert ("pos" in sm.params(m)) == (positions == "learned")
     x = jnp.asarray(RNG.standard_normal((2, 6, 12)), jnp.float32)
     y = m(x)
     assert y.shape == (2, 6, 12) and y.dtype == jnp.float32
@@ -87,9 +89,11 @@ def test_attention_with_a_mask_bfloat16_and_errors():
     with pytest.raises(sm.ShapemlError, match="E1801"):
         nn.MultiHeadAttention.init(seed=0, D=10, H=4)  # heads do not divide the width
     with pytest.raises(sm.ShapemlError, match="E1801"):
-        nn.MultiHeadAttention.of(positions="rotary").init(seed=0, D=6, H=2)  # odd K
+        nn.MultiHeadAttention.init(seed=0, D=6, H=2, positions="rotary")  # odd Dh
     with pytest.raises(sm.ShapemlError, match="E1802"):
         nn.MultiHeadAttention.of(positions="absolute")
+    with pytest.raises(sm.ShapemlError, match="E1802"):
+        nn.MultiHeadAttention.init(seed=0, causal=1)
     learned = nn.MultiHeadAttention.of(positions="learned").init(seed=0, D=8, H=2, T=4)
     with pytest.raises(sm.ShapemlError, match="E1803"):
         learned(jnp.zeros((1, 5, 8)))  # longer than the table
@@ -104,9 +108,33 @@ def test_attention_in_a_decoder_block_by_dim_names():
         dims = sm.Dims(D=8, H=2, T=6)
         ln: nn.RMSNorm = sm.submodel(nn.RMSNorm)
         attn: nn.MultiHeadAttention = sm.submodel(
-            nn.MultiHeadAttention.of(causal=True, positions="rotary")
+            nn.MultiHeadAttention, causal=True, positions="rotary"
         )
 
     m = Block.init(seed=0, D=16, H=4)
-    assert (m.attn.dims.D, m.attn.dims.H, m.attn.dims.K, m.attn.dims.T) == (16, 4, 4, 6)
+    assert (m.attn.dims.D, m.attn.dims.H, m.attn.dims.Dh, m.attn.dims.T) == (16, 4, 4, 6)
     assert set(sm.params(m)) == {"ln.scale", "attn.q.w", "attn.k.w", "attn.v.w", "attn.o.w"}
+    assert m.attn.pos is None and (m.attn.q.dims.In, m.attn.q.dims.Out) == (16, 16)
+
+
+def test_learned_positions_are_an_optional_field_of_the_same_class(tmp_path):
+    class Learned(sm.Model):
+        dims = sm.Dims(D=8, H=2, T=6)
+        attn: nn.MultiHeadAttention = sm.submodel(nn.MultiHeadAttention, positions="learned")
+
+    class Plain(sm.Model):
+        dims = sm.Dims(D=8, H=2, T=6)
+        attn: nn.MultiHeadAttention = sm.submodel(nn.MultiHeadAttention)
+
+    learned, plain = Learned.init(seed=0), Plain.init(seed=0)
+    assert type(learned.attn) is type(plain.attn) is nn.MultiHeadAttention
+    assert learned.attn.pos.shape == (6, 8) and plain.attn.pos is None
+    assert sm.count_params(learned) - sm.count_params(plain) == 6 * 8
+    # the rest draws the same: adding the table changes no other field
+    np.testing.assert_array_equal(learned.attn.q.w, plain.attn.q.w)
+    sm.save(tmp_path / "l.safetensors", learned.attn)
+    back = sm.load(tmp_path / "l.safetensors", nn.MultiHeadAttention)  # the file's options
+    assert back.positions == "learned" and back.pos.shape == (6, 8)
+    with pytest.raises(sm.ShapemlError, match="E1303") as e:
+        sm.load(tmp_path / "l.safetensors", like=plain.attn)
+    assert "positions: file 'learned', model 'none'" in str(e.value)

@@ -51,6 +51,9 @@ def test_conv2d_matches_numpy(stride, padding):
     m = nn.Conv2d.of(Ci="C", Co="2 * C", stride=stride, padding=padding).init(seed=0, C=3)
     assert m.w.shape == (6, 3, 3, 3) and (m.stride, m.padding) == (stride, padding)
     m = m.replace(b=_x(6))
+    bare = nn.Conv2d.init(seed=0, Ci=3, Co=6, stride=stride, padding=padding, bias=False)
+    assert bare.b is None and set(sm.params(bare)) == {"w"}
+    np.testing.assert_allclose(bare(_x(1, 3, 5, 5) * 0), 0.0)
     x = _x(2, 3, 7, 6)
     y = m(x)
     ref = conv_ref(x, m.w, m.b, stride, padding)
@@ -60,7 +63,7 @@ def test_conv2d_matches_numpy(stride, padding):
         m(_x(2, 4, 7, 6))  # Ci is 3
     with pytest.raises(sm.ShapemlError, match="E1803"):
         m(_x(1, 3, 2, 6) if padding == 0 else _x(1, 3, 0, 6))  # smaller than the kernel
-    for bad in ({"stride": 0}, {"padding": -1}, {"stride": 1.5}):
+    for bad in ({"stride": 0}, {"padding": -1}, {"stride": 1.5}, {"bias": None}):
         with pytest.raises(sm.ShapemlError, match="E1802"):
             nn.Conv2d.of(**bad)
 
@@ -69,7 +72,7 @@ def test_conv2d_matches_numpy(stride, padding):
 def test_pooling_matches_numpy(cls, op):
     x = _x(2, 3, 6, 5)
     for window, stride, padding in ((2, None, 0), (3, 1, 1)):
-        m = cls.of(window=window, stride=stride, padding=padding)()
+        m = cls(window=window, stride=stride, padding=padding)
         ref = pool_ref(x, window, stride or window, padding, op)
         y = m(x)
         assert y.shape == ref.shape
@@ -81,12 +84,14 @@ def test_pooling_matches_numpy(cls, op):
         np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(sm.ShapemlError, match="E1802"):
         cls.of(window=0)
+    with pytest.raises(sm.ShapemlError, match="E1802"):
+        cls(window=0)
     with pytest.raises(sm.ShapemlError, match="E1803"):
-        cls.of(window=7)()(x)
+        cls.init(window=7)(x)
 
 
 def test_dropout_with_a_key_and_without():
-    m = nn.Dropout.of(rate=0.25)()
+    m = nn.Dropout(rate=0.25)
     x = jnp.ones((400, 50))
     assert m(x) is x  # evaluation: no key, no change
     y = np.asarray(m(x, key=jax.random.key(3)))
@@ -94,7 +99,7 @@ def test_dropout_with_a_key_and_without():
     assert abs(kept.mean() - 0.75) < 0.01
     np.testing.assert_allclose(y[kept], 1 / 0.75, rtol=1e-6)
     np.testing.assert_array_equal(y, np.asarray(m(x, key=jax.random.key(3))))
-    assert nn.Dropout.of(rate=0.0)()(x, key=jax.random.key(0)) is x
+    assert nn.Dropout.init(rate=0.0)(x, key=jax.random.key(0)) is x
     for bad in (1.0, -0.1, True, "0.5"):
         with pytest.raises(sm.ShapemlError, match="E1802"):
             nn.Dropout.of(rate=bad)
@@ -128,8 +133,8 @@ def test_batchnorm_matches_numpy_in_train_and_eval():
 
 class Net(sm.Model):
     dims = sm.Dims(I=3, F=4)  # not C: the BatchNorm's own name for its channels
-    fc: nn.Linear = sm.submodel(nn.Linear.of(In="I", Out="F"))
-    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm.of(C="F"))
+    fc: nn.Linear = sm.submodel(nn.Linear, In="I", Out="F")
+    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm, C="F")
 
 
 def loss(m: Net, x: Float[Array, "b I"]):

@@ -417,7 +417,8 @@ def test_derived_dims_and_expressions():
     assert _specs(m, {"N": "x"})["tw1"] == [None, "x", None]
     assert _specs(m, {"P * P": "x"})["w_e"] == ["x", None]
     assert _specs(m, {"P": "x"})["w_e"] == ["x", None]
-    assert _specs(m, {"S": "x"})["w_e"] == [None, None]
+    with pytest.raises(sharding.UnknownRuleDimError, match="no field's axis is spelled with"):
+        _specs(m, {"S": "x"})  # `S` is a dim, but it places nothing: a mistake in the table
     assert _specs(m, {"D": ("x", "y")})["w_h"] == [("x", "y"), None]
 
 

@@ -1,6 +1,7 @@
 """`@sm.shaped`: jaxtyping + beartype checks on a function, with its models' dims bound.
 
-`def forward(m: Spotter, img: UInt8[Array, "b 1 S S"])` checks `S` against `m.dims.S`. Checks run
+`def forward(m: Spotter, img: UInt8[Array, "b 1 S S"])` checks `S` against `m.dims.S`; on a method,
+`self`'s dims are bound (`def __call__(self, x: Float[Array, "*b In"])` in a layer). Checks run
 when the function runs in Python: once per trace under `jax.jit`, so never per compiled step.
 """
 
@@ -33,13 +34,16 @@ class ShapeCheckError(
     title="shape check failed",
     explanation="""
 A function decorated with `@sm.shaped` was called with (or returned) an array whose shape or dtype
-does not match its annotation. The dims of its model arguments are bound first, so in
+does not match its annotation. The dims of its model arguments (every argument that is an
+`sm.Model`, `self` included) are bound first, so in
 
     @sm.shaped
     def forward(m: Spotter, img: UInt8[Array, "b 1 S S"]) -> Float[Array, "b C"]: ...
 
 `S` must equal `m.dims.S` and `C` must equal `m.dims.C`; `b` is bound by the first argument that
-uses it. The message names the argument or return value and the current value of every dim.
+uses it. A layer's method is checked in the layer's own dims (`Linear.__call__`: `x [*b In]`).
+The message names the argument or return value and the current value of every dim. Two model
+arguments that share a dim name must agree on its value.
 """,
 ):
     pass
@@ -116,11 +120,19 @@ def _without_jaxtyping_hook(fn):
 def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
 
-    Under `jax.jit` the check runs while tracing only, so compiled calls cost nothing extra.
+    The dims of every argument that is an `sm.Model` (annotated or not, `self` of a method
+    included) are bound before the arguments are checked. Under `jax.jit` the check runs while
+    tracing only, so compiled calls cost nothing extra.
 
     Example:
         >>> @sm.shaped
         ... def forward(m: Spotter, img: UInt8[Array, "b 1 S S"]) -> Float[Array, "b C"]: ...
+        >>> class Scale(sm.Model):
+        ...     dims = sm.Dims(D=4)
+        ...     w: Float[Array, " D"] = sm.param(sm.ones)
+        ...     @sm.shaped
+        ...     def __call__(self, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
+        ...         return x * self.w
 
     Raises:
         ShapeCheckError: (E1001) naming the argument and the dims' current values.
@@ -143,15 +155,6 @@ def shaped(fn: F) -> F:
             f"@sm.shaped cannot check `{qual}`: {_first_paragraphs(str(e), 300)}",
             fix="decorate a plain Python function whose annotations are importable types",
         ) from None
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception:  # unresolvable string annotations: fall back to the raw ones
-        hints = {n: p.annotation for n, p in sig.parameters.items()}
-    model_params = [
-        name
-        for name in sig.parameters
-        if isinstance(hints.get(name), type) and issubclass(hints[name], Model)
-    ]
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -163,7 +166,7 @@ def shaped(fn: F) -> F:
                 f"`{qual}{sig}` was called with {_call_text(args, kwargs)}: {e}",
                 fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{sig}",
             ) from None
-        models = [bound[n] for n in model_params if isinstance(bound.get(n), Model)]
+        models = [v for v in bound.values() if isinstance(v, Model)]
         try:
             with jaxtyped("context"):
                 # Binding must happen in this frame's memo: an isinstance check binds each dim.

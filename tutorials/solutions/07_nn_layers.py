@@ -20,10 +20,10 @@ class Block(sm.Model):
     dims = sm.Dims(D=32, H=4, T=32)
     norm1: nn.RMSNorm = sm.submodel(nn.RMSNorm)
     attn: nn.MultiHeadAttention = sm.submodel(
-        nn.MultiHeadAttention.of(causal=True, positions="rotary")
+        nn.MultiHeadAttention, causal=True, positions="rotary"
     )
     norm2: nn.RMSNorm = sm.submodel(nn.RMSNorm)
-    mlp: nn.MLP = sm.submodel(nn.MLP.of(F="4 * D", activation="silu"))
+    mlp: nn.MLP = sm.submodel(nn.MLP, F="4 * D", activation="silu")
 
 
 class TinyGPT(sm.Model):
@@ -72,10 +72,10 @@ d = m.dims
 
 
 # 1. Learned positions: each attention gets a table `pos [T D]`, so L * T * D more params; a
-#    sequence longer than the table is refused (E1803).
+#    sequence longer than the table is refused (E1803). Without them, `pos` is None.
 class LearnedBlock(Block):
     attn: nn.MultiHeadAttention = sm.submodel(
-        nn.MultiHeadAttention.of(causal=True, positions="learned")
+        nn.MultiHeadAttention, causal=True, positions="learned"
     )
 
 
@@ -85,6 +85,7 @@ class LearnedGPT(TinyGPT):
 
 learned = LearnedGPT.init(seed=0)
 assert all(blk.attn.pos.shape == (d.T, d.D) for blk in learned.blocks)
+assert all(blk.attn.pos is None for blk in m.blocks)  # an optional field, absent without it
 assert sm.count_params(learned) - sm.count_params(m) == d.L * d.T * d.D
 assert jax.eval_shape(trunk, learned, jnp.zeros((1, d.T), jnp.int32)).shape == (1, d.T, d.D)
 try:
@@ -100,7 +101,7 @@ else:
 #    fields declared `sm.param(..., decay=False)` (norm scales and shifts, biases), and a
 #    Linear's `w` is not one of them.
 class HeadGPT(TinyGPT):
-    head: nn.Linear = sm.submodel(nn.Linear.of(In="D", Out="V", bias=False))
+    head: nn.Linear = sm.submodel(nn.Linear, In="D", Out="V", bias=False)
 
 
 @sm.shaped
@@ -109,7 +110,7 @@ def head_forward(m: HeadGPT, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]
 
 
 headed = HeadGPT.init(seed=0, D=48, H=6)
-assert headed.head.w.shape == (48, d.V) and headed.blocks[0].attn.dims.K == 8
+assert headed.head.w.shape == (48, d.V) and headed.blocks[0].attn.dims.Dh == 8
 assert jax.eval_shape(head_forward, headed, jnp.zeros((2, 5), jnp.int32)).shape == (2, 5, d.V)
 zero = sm.Grad[HeadGPT](jax.tree.map(jnp.zeros_like, headed))
 decayed, _ = jax.jit(optim.update)(headed, optim.adamw(headed, lr=0.1, weight_decay=0.5), zero)
@@ -146,34 +147,37 @@ prompt = jnp.array([6, 9], jnp.int32)
 assert list(map(int, generate(m, prompt, 10))) == greedy(m, prompt, 10)
 
 
-# 4. A model with buffers. With the classes named C, `init` fails with E0903: C is also
-#    BatchNorm's own dim (its channels, here mapped to F = 16), so the layer would take the parent's
-#    C = 3 by name and contradict its own C = F. A layer's own dim names stay in its dims: name the
-#    parent's classes N instead.
-class BadTagger(sm.Model):
-    dims = sm.Dims(D=8, F=16, C=3)
-    up: nn.Linear = sm.submodel(nn.Linear.of(In="D", Out="F"))
-    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm.of(C="F"))
-    out: nn.Linear = sm.submodel(nn.Linear.of(In="F", Out="C"))
-
-
-try:
-    BadTagger.init(seed=0)
-except sm.ShapemlError as e:
-    assert e.code == "E0903", e
-else:
-    raise AssertionError("a parent C that contradicts BatchNorm's C should be refused")
-
-
+# 4. A model with buffers. The batch norm's own channel dim `C` is mapped to the parent's `F`, so
+#    it is 16: a mapped dim takes the mapping's value, whatever the parent's dim of the same name
+#    (the classes, C = 3). Left unmapped, the layer takes C = 3 by name; the model builds, but the
+#    batch norm is then called on [b F] features and its shape check fails with E1001.
 class Tagger(sm.Model):
-    dims = sm.Dims(D=8, F=16, N=3)
-    up: nn.Linear = sm.submodel(nn.Linear.of(In="D", Out="F"))
-    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm.of(C="F"))
-    out: nn.Linear = sm.submodel(nn.Linear.of(In="F", Out="N"))
+    dims = sm.Dims(D=8, F=16, C=3)
+    up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F")
+    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm, C="F")
+    out: nn.Linear = sm.submodel(nn.Linear, In="F", Out="C")
+
+
+class ByName(sm.Model):
+    dims = sm.Dims(D=8, F=16, C=3)
+    up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F")
+    bn: nn.BatchNorm = sm.submodel(nn.BatchNorm)  # C = 3, the classes
+    out: nn.Linear = sm.submodel(nn.Linear, In="F", Out="C")
+
+
+assert (Tagger.init(seed=0).bn.dims.C, Tagger.init(seed=0).dims.C) == (16, 3)
+by_name = ByName.init(seed=0)
+assert by_name.bn.dims.C == 3
+try:
+    by_name.bn(by_name.up(jnp.ones((2, 8))), train=True)
+except sm.ShapemlError as e:
+    assert e.code == "E1001", e
+else:
+    raise AssertionError("16 features into a batch norm of 3 channels should be refused")
 
 
 @sm.shaped
-def tag(m: Tagger, x: Float[Array, "b D"]) -> tuple[Float[Array, "b N"], Tagger]:
+def tag(m: Tagger, x: Float[Array, "b D"]) -> tuple[Float[Array, "b C"], Tagger]:
     h, bn = m.bn(m.up(x), train=True)
     return m.out(jax.nn.relu(h)), m.replace(bn=bn)
 

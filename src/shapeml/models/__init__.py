@@ -22,6 +22,7 @@ from ._introspect import buffers as buffers
 from ._introspect import count_params as count_params
 from ._introspect import params as params
 from ._limits import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
+from ._mapped import Mapped as Mapped
 from ._model import Model as Model
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "CheckpointFileError",
     "DEFAULT_MAX_BYTES",
     "Dims",
+    "Mapped",
     "Model",
     "buffer",
     "buffers",

@@ -14,15 +14,16 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from .._errors import ArgumentTypeError, ShapemlError, similar
+from .._errors import ArgumentTypeError, ShapemlError
 from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._validate import shorten
-from ._checks import child_dims
+from ._checks import statics_of
 from ._dims import Dims
-from ._introspect import declared, tensors
+from ._entries import entry_problems, first_problems
+from ._introspect import declared, statics, tensors
 from ._limits import check_size, max_bytes_of
+from ._mapped import child_dims
 from ._metadata import check_kinds, model_metadata, saved_dims, saved_statics
 from ._model import Model, ShapeMismatchError
 
@@ -63,11 +64,13 @@ class CheckpointModelError(
     code="E1303",
     title="checkpoint is for another model or other dims",
     explanation="""
-The checkpoint was saved from another model class, or with other dims than the model it is being
-loaded like. The message names the class or each dim that differs, with both values.
+The checkpoint was saved from another model class, or with other dims or options (static fields)
+than the model it is being loaded like. The message names the class, or each dim or option that
+differs, with both values.
 
-`sm.load(path, Cls)` takes the dims from the file; `sm.load(path, like=m)` requires the file's dims
-to equal `m.dims`. Build the model with the file's dims, e.g. `Spotter.init(seed=0, D=64)`.
+`sm.load(path, Cls)` takes the dims and options from the file; `sm.load(path, like=m)` requires
+the file's dims to equal `m.dims` and its options `m`'s. Build the model with the file's dims and
+options, e.g. `Spotter.init(seed=0, D=64)`, `nn.Linear.init(seed=0, bias=False)`.
 """,
 ):
     pass
@@ -113,7 +116,9 @@ def save(
             f"tensors of `{type(m).__name__}` are traced, not values",
             fix="save outside the transformation, e.g. after the jitted step returns",
         )
-    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims).items()}
+    expected = {
+        k: (shape, dtype) for k, (_, shape, dtype) in declared(type(m), m.dims, statics(m)).items()
+    }
     problems = entry_problems(expected, arrays)
     if problems:  # e.g. a vmapped ensemble: every tensor has a leading axis no `load` expects
         raise ShapeMismatchError(
@@ -139,7 +144,7 @@ def load(
     Args:
         path: the checkpoint file.
         cls: the model class; its dims are taken from the file.
-        like: instead of `cls`, a model whose class and dims the file must match.
+        like: instead of `cls`, a model whose class, dims and options the file must match.
         max_bytes: the most the file's tensors and the model may hold, checked from the header
             and the dims before any tensor is read (default 16 GiB).
         allow_nonfinite: True (or the dotted names) to load NaN/inf values without warning.
@@ -160,7 +165,13 @@ def load(
     """
     cls, arrays, meta, limit = read_model_file(path, cls, like, max_bytes, allow_nonfinite)
     return model_from_arrays(
-        cls, arrays, meta, str(path), like_dims=like.dims if like else None, max_bytes=limit
+        cls,
+        arrays,
+        meta,
+        str(path),
+        like_dims=like.dims if like else None,
+        max_bytes=limit,
+        like_statics=statics(like) if like else None,
     )
 
 
@@ -208,6 +219,7 @@ def model_from_arrays(
     like_dims: Dims | None = None,
     *,
     max_bytes: int | None = None,
+    like_statics: Mapping[str, Any] | None = None,
 ) -> Model:
     """Builds a `cls` from dotted-name arrays and checkpoint metadata, checking everything.
 
@@ -230,50 +242,36 @@ def model_from_arrays(
             fix=f"load with sm.load(path, {cls.__name__}) to take the file's dims",
         )
     check_kinds(meta, source)
-    statics = saved_statics(meta, source)
-    check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`")
-    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims).items()}
+    saved = saved_statics(meta, source)
+    if like_statics is not None:
+        _check_like_statics(saved, like_statics, source, cls)
+    check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`", saved)
+    expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims, saved).items()}
     problems = entry_problems(expected, arrays)
     if problems:
         raise CheckpointError(
             f"`{source}` does not match `{cls.__name__}` ({' '.join(f'{k}={v}' for k, v in dims.items())}): "
-            f"{len(problems)} problem(s):\n    " + "\n    ".join(_first(problems)),
+            f"{len(problems)} problem(s):\n    " + "\n    ".join(first_problems(problems)),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
-    return _build(cls, dims, arrays, "", statics)
+    return _build(cls, dims, arrays, "", saved)
 
 
-def entry_problems(expected: Mapping[str, tuple], arrays: Mapping[str, Any]) -> list[str]:
-    """Every missing, unexpected (with near-miss hints), wrong-shape and wrong-dtype entry.
-
-    `expected` maps each name to `(shape, dtype)`.
-    """
-    problems = []
-    missing = [k for k in expected if k not in arrays]
-    for k in missing:
-        problems.append(f"missing: `{k}` {_fmt(*expected[k])}")
-    for k in arrays:
-        if k not in expected:
-            # near-miss hints are for a renamed field or two, not for a file of another model
-            hint = similar(k, missing, what="missing entry") if len(missing) <= 64 else None
-            problems.append(
-                f"unexpected: `{k}` {_fmt(arrays[k].shape, arrays[k].dtype)}"
-                + (f" ({hint})" if hint else "")
-            )
-    for k, (shape, dtype) in expected.items():
-        if k in arrays:
-            a = arrays[k]
-            if tuple(a.shape) != tuple(shape):
-                problems.append(
-                    f"wrong shape: `{k}` expected {_fmt(shape, dtype)}, "
-                    f"file has {_fmt(a.shape, a.dtype)}"
-                )
-            elif np.dtype(a.dtype) != np.dtype(dtype):
-                problems.append(
-                    f"wrong dtype: `{k}` expected {np.dtype(dtype).name}, "
-                    f"file has {np.dtype(a.dtype).name}"
-                )
-    return problems
+def _check_like_statics(saved: Mapping, like: Mapping, source: str, cls: type) -> None:
+    """E1303 unless a file saved every static of the model it is loaded like with its value (a
+    file that names no statics, not written by shapeml, is taken as it is)."""
+    if not saved:
+        return
+    diff = [
+        f"{k}: file {saved.get(k)!r}, model {v!r}" for k, v in like.items() if saved.get(k) != v
+    ]
+    if diff:
+        raise CheckpointModelError(
+            f"`{source}` was saved with other options than the model it is loaded like "
+            f"({'; '.join(diff[:8])})",
+            fix=f"load with sm.load(path, {cls.__name__}) to take the file's options, or build "
+            "the model with the file's options",
+        )
 
 
 def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
@@ -288,32 +286,22 @@ def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
     return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
 
 
-def _first(problems: list[str], limit: int = 40) -> list[str]:
-    """The problems to list in a message: all of a few, the first `limit` of many."""
-    if len(problems) <= limit:
-        return problems
-    return [*problems[:limit], f"... and {len(problems) - limit} more"]
-
-
-def _fmt(shape, dtype) -> str:
-    return f"[{' '.join(map(str, shape))}] {np.dtype(dtype).name}"
-
-
 def _build(
-    cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: dict
+    cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: Mapping
 ) -> Model:
-    values = {k: saved[prefix + k] for k in cls.__shapeml_statics__ if prefix + k in saved}
+    own = statics_of(cls, saved, prefix)
+    values: dict[str, Any] = dict(own)
     for name, spec in cls.__shapeml_fields__.items():
-        if spec.kind == "submodel":
-            values[name] = _build(
-                spec.model, child_dims(spec.model, dims), arrays, f"{prefix}{name}.", saved
+        if spec.kind in ("submodel", "submodels"):
+            sub = child_dims(spec, dims)
+            paths = (
+                [f"{prefix}{name}."]
+                if spec.kind == "submodel"
+                else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
-        elif spec.kind == "submodels":
-            sub = child_dims(spec.model, dims)
-            values[name] = tuple(
-                _build(spec.model, sub, arrays, f"{prefix}{name}.{i}.", saved)
-                for i in range(spec.count_in(dims))
-            )
-        else:
+            options = {p + k: v for p in paths for k, v in spec.mapped.options}
+            models = [_build(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
+            values[name] = models[0] if spec.kind == "submodel" else tuple(models)
+        elif spec.present(own):
             values[name] = jnp.asarray(arrays[prefix + name])
     return cls(dims=dims, **values)

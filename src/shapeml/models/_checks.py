@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -12,10 +13,11 @@ import numpy as np
 from .._cast import cast_host_array
 from .._errors import ArgumentTypeError
 from .._validate import integer, shorten
-from ._dims import Dims, DimsError
+from ._dims import Dims
 from ._fields import FieldSpec
+from ._mapped import child_dims
 
-__all__ = ["check_value", "child_dims", "describe_spec", "dims_str", "key_of"]
+__all__ = ["check_fields", "describe_spec", "dims_str", "key_of", "statics_of"]
 
 _SEED_FIX = "pass a whole number, a jax.random.key, or an int array (e.g. under jax.vmap)"
 
@@ -46,22 +48,15 @@ def key_of(seed: Any) -> jax.Array:
     return key if high == 0 else jax.random.fold_in(key, high)
 
 
-def child_dims(model: type, parent: Dims) -> Dims:
-    """A sub-model's dims: its own declaration, with every free dim it shares with the parent
-    taken from the parent.
-
-    Raises:
-        DimsError: (E0903) when a derived dim of the child disagrees with the parent's.
-    """
-    decl = model.dims
-    dims = decl.resolve(**{n: parent[n] for n in decl.free if n in parent})
-    for n in decl.derived:
-        if n in parent and dims[n] != parent[n]:
-            raise DimsError(
-                f"`{model.__name__}` derives {n} = {dims[n]} but its parent has {n} = {parent[n]}",
-                fix=f"make the two declarations of `{n}` agree",
-            )
-    return dims
+def statics_of(cls: type, given: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """The static values of a `cls` at dotted `prefix`: from `given` (by dotted name), else the
+    class default (a static without either is left out)."""
+    out = {}
+    for k, default in cls.__shapeml_statics__.items():
+        value = given.get(prefix + k, default)
+        if value is not dataclasses.MISSING:
+            out[k] = value
+    return out
 
 
 def dims_str(dims: Mapping[str, int]) -> str:
@@ -70,17 +65,54 @@ def dims_str(dims: Mapping[str, int]) -> str:
 
 def describe_spec(spec: FieldSpec, dims: Mapping[str, int]) -> str:
     if spec.kind == "submodel":
-        return spec.model.__name__
+        return repr(spec.mapped)
     if spec.kind == "submodels":
-        return f"{spec.count_in(dims)} x {spec.model.__name__}"
+        return f"{spec.count_in(dims)} x {spec.mapped!r}"
     shape = spec.shape_in(dims)
     return f"[{spec.shape_str}] = [{' '.join(map(str, shape))}] {spec.dtype.name}"
+
+
+def check_fields(
+    cls: type, dims: Dims, values: Mapping[str, Any], statics: Mapping[str, Any]
+) -> tuple[dict[str, Any], list[str]]:
+    """Every field of a `cls` built with these dims and static values, against its declaration.
+
+    Returns:
+        `(values to store, problems)`: an optional tensor that is absent is stored as None; a
+        missing field, a value given for an absent one (or None for a present one) and every
+        mismatch is a problem.
+    """
+    stored, problems = {}, []
+    for name, spec in cls.__shapeml_fields__.items():
+        value = values.get(name)
+        if spec.kind in ("param", "buffer") and not spec.present(statics):
+            stored[name] = None
+            if value is not None:
+                problems.append(
+                    f"{name}: absent ({spec.absent_because(statics)}), but was given {_what(value)}"
+                )
+            continue
+        if value is None:
+            why = "None given" if name in values else "missing"
+            problems.append(f"{name}: {why} ({describe_spec(spec, dims)})")
+            continue
+        stored[name], problem = check_value(cls.__name__, name, spec, value, dims)
+        if problem:
+            problems.append(problem)
+    return stored, problems
+
+
+def _what(value: Any) -> str:
+    shape = getattr(value, "shape", None)
+    if shape is not None and hasattr(value, "dtype"):
+        return f"[{' '.join(map(str, shape))}] {value.dtype}"
+    return type(value).__name__
 
 
 def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
     """Returns (value to store, problem or None)."""
     if spec.kind == "submodel":
-        return check_child(owner, name, spec.model, value, dims)
+        return check_child(owner, name, spec, value, dims)
     if spec.kind == "submodels":
         if not isinstance(value, (tuple, list)):
             return (
@@ -93,9 +125,7 @@ def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
                 f"{name}: expected {count} x {spec.model.__name__} ({spec.count}={count}), "
                 f"got {len(value)}"
             )
-        checked = [
-            check_child(owner, f"{name}.{i}", spec.model, v, dims) for i, v in enumerate(value)
-        ]
+        checked = [check_child(owner, f"{name}.{i}", spec, v, dims) for i, v in enumerate(value)]
         problems = [p for _, p in checked if p]
         return tuple(v for v, _ in checked), ("; ".join(problems) or None)
     expected = spec.shape_in(dims)
@@ -119,10 +149,11 @@ def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
     return value, None
 
 
-def check_child(owner: str, name: str, model: type, value: Any, dims: Dims):
+def check_child(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
+    model = spec.model
     if not isinstance(value, model):
         return value, f"{name}: expected a {model.__name__}, got {type(value).__name__}"
-    expected = child_dims(model, dims)
+    expected = child_dims(spec, dims)
     if value.dims != expected:
         diff = ", ".join(
             f"{k}: expected {expected[k]}, got {value.dims[k]}"
@@ -130,4 +161,11 @@ def check_child(owner: str, name: str, model: type, value: Any, dims: Dims):
             if value.dims[k] != expected[k]
         )
         return value, f"{name}: its dims differ from `{owner}`'s ({diff})"
+    options = [
+        f"{k}: expected {v!r}, got {getattr(value, k)!r}"
+        for k, v in spec.mapped.options
+        if getattr(value, k) != v or type(getattr(value, k)) is not type(v)
+    ]
+    if options:
+        return value, f"{name}: its options differ from `{spec.mapped!r}` ({', '.join(options)})"
     return value, None

@@ -1,7 +1,8 @@
 """Field declarations of a model: `param`, `buffer`, `submodel`, `submodels`.
 
 Each returns a dataclass field carrying a `FieldSpec`; the model's class creation reads the field's
-jaxtyping annotation (`Float[Array, "P*P D"]`) for its shape in dims and its dtype.
+jaxtyping annotation (`Float[Array, "P*P D"]`) for its shape in dims and its dtype
+(`_annotations.complete_spec`).
 """
 
 from __future__ import annotations
@@ -11,17 +12,16 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import jax.numpy as jnp
-import numpy as np
-
-from .._errors import ShapemlError, similar
-from ._dims import Dims, evaluate, names_in
+from .._errors import ShapemlError
+from ._dims import evaluate
+from ._mapped import Mapped
 
 __all__ = [
     "FieldDeclarationError",
     "FieldSpec",
     "buffer",
     "param",
+    "spec_of",
     "static",
     "submodel",
     "submodels",
@@ -42,10 +42,17 @@ A model field is declared in a way shapeml cannot use. Each field of an `sm.Mode
     center: Float[Array, "1 S S"] = sm.buffer(sm.zeros)        # saved, never trained
     blocks: tuple[Block, ...] = sm.submodels(Block, "L")       # L sub-models
     head: Head = sm.submodel(Head)                             # one sub-model
+    up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F")    # its dims from the parent's
+    b: Float[Array, " D"] | None = sm.param(sm.zeros, when="bias")   # only if `bias` is True
 
 The annotation of a param or buffer is a jaxtyping array type whose shape uses only whole numbers,
 the model's dims and expressions of them (`P*P`): no `...`, `*batch` or `_`. Params are floating
 point (integer and bool tensors can be buffers). Random initializers need a floating dtype.
+
+An optional tensor is annotated `... | None` and says when it is present with `when=`: the name of
+a bool static field (`when="bias"`), or a mapping of static fields to the values that make it
+present (`when={"positions": "learned"}`). A sub-model's dims are mapped onto names the parent
+declares (a mapping that reads a dim the parent lacks is refused).
 """,
 ):
     pass
@@ -62,6 +69,29 @@ class FieldSpec:
     count: int | str | None = None
     shape: tuple[int | str, ...] = ()
     decay: bool = True  # weight decay applies to this param (norm scales and biases opt out)
+    mapped: Mapped | None = None  # a sub-model's class, dims mapping and options
+    # (static field, value) pairs that must all hold for the tensor to be present; () = always
+    when: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def optional(self) -> bool:
+        return bool(self.when)
+
+    def present(self, statics: Mapping[str, Any]) -> bool:
+        """Whether a model with these static values holds this tensor."""
+        return not self._unmet(statics)
+
+    def absent_because(self, statics: Mapping[str, Any]) -> str:
+        """Why the tensor is absent, e.g. `bias=False`."""
+        return ", ".join(f"{k}={statics.get(k)!r}" for k in self._unmet(statics))
+
+    def _unmet(self, statics: Mapping[str, Any]) -> list[str]:
+        # exact values: `bias=1` is not `bias=True`
+        return [
+            k
+            for k, v in self.when
+            if not (k in statics and type(statics[k]) is type(v) and statics[k] == v)
+        ]
 
     @property
     def shape_str(self) -> str:
@@ -79,34 +109,104 @@ def _declare(spec: FieldSpec):
     return dataclasses.field(metadata={_KEY: spec})
 
 
-def param(init: Callable, *, dtype: Any = None, decay: bool = True):
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def param(
+    init: Callable, *, dtype: Any = None, decay: bool = True, when: str | Mapping | None = None
+):
     """Declares a trained tensor, initialized by `init` (e.g. `sm.normal(std=0.25)`).
 
-    Its shape and dtype come from the annotation; `dtype=` picks one the annotation allows
-    (default: float32 where allowed). `decay=False` exempts it from weight decay (norm scales,
-    biases): optimizers with decay build their mask from these declarations.
+    Args:
+        init: the initializer, `(key, shape, dtype) -> array`.
+        dtype: one the annotation allows (default: float32 where allowed).
+        decay: False exempts it from weight decay (norm scales, biases): optimizers with decay
+            build their mask from these declarations.
+        when: for an optional tensor (annotated `... | None`), when it is present: the name of a
+            bool static field (`when="bias"`), or static fields and the values that make it
+            present (`when={"positions": "learned"}`). Absent, the field is None and no
+            name-based API (params, checkpoints, optimizers, sharding) lists it.
+
+    Example:
+        >>> b: Float[Array, " Out"] | None = sm.param(sm.zeros, decay=False, when="bias")
+        >>> bias: bool = sm.static(default=True)
     """
     if not isinstance(decay, bool):
         raise FieldDeclarationError(
             f"sm.param(decay={decay!r}): decay must be True or False",
             fix="write sm.param(init, decay=False) for a field weight decay must not touch",
         )
-    return _declare(FieldSpec("param", init=init, dtype=dtype, decay=decay))
-
-
-def buffer(init: Callable, *, dtype: Any = None):
-    """Declares a tensor saved with the model but never trained (running statistics, masks)."""
-    return _declare(FieldSpec("buffer", init=init, dtype=dtype))
-
-
-def submodel(model: type):
-    """Declares one sub-model; it takes the parent's value for every dim it shares by name."""
-    return _declare(FieldSpec("submodel", model=model))
+    return _declare(FieldSpec("param", init=init, dtype=dtype, decay=decay, when=_when(when)))
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
-def submodels(model: type, count: int | str):
-    """Declares a tuple of `count` sub-models (a number or a dim name, e.g. `"L"`)."""
+def buffer(init: Callable, *, dtype: Any = None, when: str | Mapping | None = None):
+    """Declares a tensor saved with the model but never trained (running statistics, masks).
+
+    `when=` makes it optional, as for `sm.param`.
+    """
+    return _declare(FieldSpec("buffer", init=init, dtype=dtype, when=_when(when)))
+
+
+def _when(when: Any) -> tuple[tuple[str, Any], ...]:
+    if when is None:
+        return ()
+    if isinstance(when, str) and when.isidentifier():
+        return ((when, True),)
+    if (
+        isinstance(when, Mapping)
+        and when
+        and all(isinstance(k, str) and k.isidentifier() for k in when)
+    ):
+        try:
+            hash(tuple(when.values()))
+        except TypeError:
+            pass
+        else:
+            return tuple(when.items())
+    raise FieldDeclarationError(
+        f"when={when!r} does not say when the tensor is present",
+        fix='name a bool static field (when="bias"), or map static fields to the values that '
+        'make it present (when={"positions": "learned"})',
+    )
+
+
+def _as_mapped(kind: str, model: Any, names_and_options: Mapping[str, Any]) -> Mapped:
+    if isinstance(model, Mapped):
+        if names_and_options:
+            raise FieldDeclarationError(
+                f"sm.{kind}({model!r}, ...) maps a value that is already mapped",
+                fix=f"give every dim and option in one place: sm.{kind}(Cls, In=..., bias=...)",
+            )
+        return model
+    if not (isinstance(model, type) and hasattr(model, "__shapeml_fields__")):
+        # Every sm.Model class carries its field table; checking for it keeps this module free
+        # of an import of `_model`, which imports this one.
+        raise FieldDeclarationError(
+            f"sm.{kind}({model!r}) takes an sm.Model class (or `Cls.of(...)`)",
+            fix=f"pass the sub-model's class, e.g. sm.{kind}(Block"
+            + (', "L")' if kind == "submodels" else ")"),
+        )
+    return model.of(**names_and_options) if names_and_options else Mapped(model)
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def submodel(model: type | Mapped, /, **dims_and_options: Any):
+    """Declares one sub-model.
+
+    It takes the parent's value for every free dim it shares by name; `dims_and_options` map
+    its other dims onto the parent's (`In="D"`, an expression `Out="4 * D"`, or a number) and
+    set its options (`bias=False`). `sm.submodel(nn.Linear.of(In="D"))` is the same.
+
+    Example:
+        >>> up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F", bias=False)
+    """
+    mapped = _as_mapped("submodel", model, dims_and_options)
+    return _declare(FieldSpec("submodel", model=mapped.model, mapped=mapped))
+
+
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def submodels(model: type | Mapped, count: int | str, /, **dims_and_options: Any):
+    """Declares a tuple of `count` sub-models (a number or a dim name, e.g. `"L"`), each mapped
+    and configured by `dims_and_options` as for `sm.submodel`."""
     if not isinstance(count, str) and (
         type(count) is not int or not 0 <= count <= 2**62  # bools, floats, negatives
     ):
@@ -114,7 +214,8 @@ def submodels(model: type, count: int | str):
             f"sm.submodels(..., count={count!r}): count must be a whole number >= 0 or a dim name",
             fix='write e.g. sm.submodels(Block, "L") with L a dim, or sm.submodels(Block, 2)',
         )
-    return _declare(FieldSpec("submodels", model=model, count=count))
+    mapped = _as_mapped("submodels", model, dims_and_options)
+    return _declare(FieldSpec("submodels", model=mapped.model, count=count, mapped=mapped))
 
 
 def static(default: Any = dataclasses.MISSING):
@@ -134,87 +235,3 @@ def static(default: Any = dataclasses.MISSING):
 
 def spec_of(field: dataclasses.Field) -> FieldSpec | None:
     return field.metadata.get(_KEY)
-
-
-def _default_dtype(allowed) -> np.dtype:
-    if not isinstance(allowed, (list, tuple)):
-        return np.dtype("float32")  # `Shaped`: any dtype
-    for name in ("float32", "int32", "uint32", "bool"):
-        if name in allowed:
-            return np.dtype(name)
-    return np.dtype(jnp.dtype(allowed[-1]))
-
-
-def complete_spec(owner: str, name: str, spec: FieldSpec, hint: Any, dims: Dims) -> FieldSpec:
-    """Fills in a param/buffer spec's shape and dtype from its jaxtyping annotation, checking both.
-
-    Raises:
-        FieldDeclarationError: (E0905) naming the field and what is wrong with it.
-    """
-    where = f"`{owner}.{name}`"
-    if spec.kind in ("submodel", "submodels"):
-        # Every sm.Model class carries its field table; checking for it keeps this module free of
-        # an import of `_model`, which imports this one.
-        if not (isinstance(spec.model, type) and hasattr(spec.model, "__shapeml_fields__")):
-            raise FieldDeclarationError(
-                f"{where} is declared {spec.kind}({spec.model!r}), which is not an sm.Model class",
-                fix=f"pass the sub-model's class, e.g. sm.{spec.kind}(Block"
-                + (', "L")' if spec.kind == "submodels" else ")"),
-            )
-        if spec.count is not None:
-            _check_names(owner, name, str(spec.count), dims)
-        return spec
-    dim_str = getattr(hint, "dim_str", None)
-    if dim_str is None:
-        raise FieldDeclarationError(
-            f"{where} is a {spec.kind} but its annotation `{hint}` is not a jaxtyping array type",
-            fix=f'annotate it like `{name}: Float[Array, "D C"] = sm.{spec.kind}(...)`',
-        )
-    tokens: list[int | str] = []
-    for tok in dim_str.split():
-        if tok.startswith(("*", "#", "_", "...")) or "?" in tok or tok == "...":
-            raise FieldDeclarationError(
-                f"{where} has shape `{dim_str}`; `{tok}` is not allowed in a field's shape",
-                fix="a field's shape uses only numbers, dims and expressions of dims",
-            )
-        if tok.isdigit():
-            tokens.append(int(tok))
-        else:
-            _check_names(owner, name, tok, dims)
-            tokens.append(tok)
-    allowed = getattr(hint, "dtypes", None)
-    dtype = _default_dtype(allowed) if spec.dtype is None else np.dtype(jnp.dtype(spec.dtype))
-    if isinstance(allowed, (list, tuple)) and dtype.name not in allowed:
-        raise FieldDeclarationError(
-            f"{where} is declared dtype {dtype.name}, which its annotation `{hint.__name__}` "
-            f"does not allow",
-            fix=f"use one of: {', '.join(allowed[-6:])}",
-        )
-    floating = jnp.issubdtype(dtype, jnp.floating)
-    if spec.kind == "param" and not floating:
-        raise FieldDeclarationError(
-            f"{where} is a param of dtype {dtype.name}; only floating tensors can be trained",
-            fix=f"declare it with sm.buffer(...) instead: `{name}: ... = sm.buffer(sm.zeros)`",
-        )
-    if not callable(spec.init):
-        raise FieldDeclarationError(
-            f"{where} has initializer {spec.init!r}, which is not callable",
-            fix="use sm.zeros, sm.ones, sm.full(v), sm.normal(...), sm.uniform(...) or "
-            "a function (key, shape, dtype) -> array",
-        )
-    if getattr(spec.init, "floating_only", False) and not floating:
-        raise FieldDeclarationError(
-            f"{where} has dtype {dtype.name} but initializer {spec.init!r} draws floats",
-            fix="use sm.zeros, sm.ones or sm.full(v) for integer and bool tensors",
-        )
-    return dataclasses.replace(spec, shape=tuple(tokens), dtype=dtype)
-
-
-def _check_names(owner: str, name: str, expr: str, dims: Dims) -> None:
-    for n in names_in(expr, f"`{owner}.{name}`"):
-        if n not in dims:
-            raise FieldDeclarationError(
-                f"`{owner}.{name}` uses the dim `{n}`, which `{owner}` does not declare "
-                f"(dims: {', '.join(dims) or 'none'})",
-                fix=similar(n, dims, what="dim") or f"add `{n}=...` to `{owner}`'s sm.Dims",
-            )

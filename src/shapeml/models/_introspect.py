@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 
 from .._errors import ArgumentTypeError
 from .._validate import shorten
-from ._checks import child_dims
+from ._checks import statics_of
 from ._fields import FieldSpec
+from ._mapped import child_dims
 from ._model import Model
 
 __all__ = [
@@ -33,7 +35,7 @@ def _walk(m: Model, prefix: str = "") -> Iterator[tuple[str, FieldSpec, object]]
         elif spec.kind == "submodels":
             for i, child in enumerate(value):
                 yield from _walk(child, f"{prefix}{name}.{i}.")
-        else:
+        elif value is not None or not spec.optional:  # an absent optional tensor is no entry
             yield prefix + name, spec, value
 
 
@@ -109,20 +111,31 @@ def param_mask(m: Model):
     return jax.tree_util.tree_map_with_path(lambda p, _: kinds[dotted_name(p)] == "param", m)
 
 
-def declared(cls: type[Model], dims) -> dict[str, tuple[str, tuple[int, ...], object]]:
-    """What a model of class `cls` with these dims holds: dotted name -> (kind, shape, dtype)."""
+def declared(
+    cls: type[Model], dims, statics: Mapping[str, Any] | None = None, prefix: str = ""
+) -> dict[str, tuple[str, tuple[int, ...], object]]:
+    """What a model of class `cls` with these dims holds: dotted name -> (kind, shape, dtype).
+
+    `statics` are the static values by dotted name (`statics(m)`, or a file's); an option a
+    parent's declaration sets is the declaration's, and a static given nowhere takes its default.
+    They decide which optional tensors are present (so a file holding `up.b` is an unexpected
+    entry for a parent that declares `up` without bias).
+    """
+    given = {} if statics is None else statics
+    own = statics_of(cls, given, prefix)
     out = {}
     for name, spec in cls.__shapeml_fields__.items():
         if spec.kind in ("submodel", "submodels"):
-            sub = child_dims(spec.model, dims)
-            inner = declared(spec.model, sub)
+            sub = child_dims(spec, dims)
             prefixes = (
                 [f"{name}."]
                 if spec.kind == "submodel"
                 else [f"{name}.{i}." for i in range(spec.count_in(dims))]
             )
+            options = {prefix + p + k: v for p in prefixes for k, v in spec.mapped.options}
             for p in prefixes:
+                inner = declared(spec.model, sub, {**given, **options}, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})
-        else:
+        elif spec.present(own):
             out[name] = (spec.kind, spec.shape_in(dims), spec.dtype)
     return out

@@ -9,12 +9,14 @@ the largest field, its shape and its bytes.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .._errors import ShapemlError
 from .._validate import integer
-from ._checks import child_dims, dims_str
+from ._checks import dims_str, statics_of
 from ._dims import Dims
+from ._mapped import child_dims
 
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_PARTS", "ModelTooLargeError", "check_size", "max_bytes_of"]
 
@@ -57,18 +59,21 @@ class _Footprint(NamedTuple):
     largest: _Field | None
 
 
-def _footprint(cls: type, dims: Dims, prefix: str) -> _Footprint:
+def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -> _Footprint:
+    """What a `cls` at dotted `prefix` holds. Repeated sub-models are counted from the first
+    (never enumerated): their optional tensors are taken to be as the first one's."""
     nbytes, parts, largest = 0, 0, None
+    own = statics_of(cls, statics, prefix)
     for name, spec in cls.__shapeml_fields__.items():
         if spec.kind in ("submodel", "submodels"):
             count = 1 if spec.kind == "submodel" else spec.count_in(dims)
-            child = _footprint(
-                spec.model,
-                child_dims(spec.model, dims),
-                f"{prefix}{name}." + ("" if spec.kind == "submodel" else "0."),
-            )
+            sub = f"{prefix}{name}." + ("" if spec.kind == "submodel" else "0.")
+            options = {sub + k: v for k, v in spec.mapped.options}
+            child = _footprint(spec.model, child_dims(spec, dims), sub, {**statics, **options})
             nbytes, parts = nbytes + count * child.nbytes, parts + count * (1 + child.parts)
             field = child.largest if count else None
+        elif not spec.present(own):
+            continue
         else:
             shape = spec.shape_in(dims, f"`{cls.__name__}.{name}`")
             size = math.prod(shape) * spec.dtype.itemsize
@@ -90,13 +95,17 @@ def max_bytes_of(max_bytes: Any) -> int:
     return integer("max_bytes", max_bytes, low=0, fix="pass max_bytes as a whole number of bytes")
 
 
-def check_size(cls: type, dims: Dims, max_bytes: int, what: str) -> None:
+def check_size(
+    cls: type, dims: Dims, max_bytes: int, what: str, statics: Mapping[str, Any] | None = None
+) -> None:
     """Refuses (E0906) a `cls` with these dims holding more than `max_bytes` or `MAX_PARTS` parts.
 
     Args:
         what: the action, for the message ("`Net.init`", "loading `m.safetensors` as `Net`").
+        statics: static values by dotted name (which optional tensors are present); those not
+            given take the declared options and defaults.
     """
-    fp = _footprint(cls, dims, "")
+    fp = _footprint(cls, dims, "", {} if statics is None else statics)
     where = f"{what}: `{cls.__name__}` ({dims_str(dims)})"
     fix = f"check the dims; if the model really is this large, pass max_bytes={max(fp.nbytes, 1)}"
     big = fp.largest

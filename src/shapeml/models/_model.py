@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import sys
 import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -21,10 +20,12 @@ import jax.numpy as jnp
 from .._compile_cache import CompileCache
 from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._validate import shorten
-from ._checks import check_value, child_dims, describe_spec, dims_str, key_of
+from ._annotations import read_declarations
+from ._checks import check_fields, dims_str, key_of, statics_of
 from ._dims import Dims, DimsError
-from ._fields import FieldDeclarationError, FieldSpec, complete_spec, spec_of
+from ._fields import FieldDeclarationError, FieldSpec
 from ._limits import check_size, max_bytes_of
+from ._mapped import Mapped, child_dims, map_model
 from ._repr import repr_lines
 from ._statics import check_static
 
@@ -106,25 +107,6 @@ class _DimsAccess:
         return obj._dims
 
 
-def _annotations_of(cls) -> dict[str, Any]:
-    raw = cls.__dict__.get("__annotations__", {})
-    module = sys.modules.get(cls.__module__)
-    namespace = dict(vars(module)) if module else {}
-    hints = {}
-    for name, hint in raw.items():
-        if isinstance(hint, str):
-            try:
-                hint = eval(hint, namespace, dict(vars(cls)))  # noqa: S307 - the class's own annotation
-            except Exception as e:
-                raise FieldDeclarationError(
-                    f"`{cls.__name__}.{name}`: its annotation `{hint}` could not be evaluated ({e})",
-                    fix="define the names it uses at module level, or drop "
-                    "`from __future__ import annotations` from the model's module",
-                ) from None
-        hints[name] = hint
-    return hints
-
-
 class Model(eqx.Module):
     """Base class of shapeml models: subclass it, declare `dims` and fields.
 
@@ -158,25 +140,9 @@ class Model(eqx.Module):
                 (b.__dims_decl__ for b in cls.__mro__[1:] if "__dims_decl__" in vars(b)), Dims()
             )
         cls.__dims_decl__ = decl
-        fields = dict(cls.__shapeml_fields__)
-        statics = dict(cls.__shapeml_statics__)
-        hints = _annotations_of(cls)
-        for name, hint in hints.items():
-            value = cls.__dict__.get(name, dataclasses.MISSING)
-            spec = spec_of(value) if isinstance(value, dataclasses.Field) else None
-            if spec is None:
-                if isinstance(value, dataclasses.Field) and value.metadata.get("static"):
-                    # static configuration: `sm.static()` or `eqx.field(static=True, ...)`
-                    statics[name] = value.default
-                    continue
-                if typing.get_origin(hint) is ClassVar:
-                    continue
-                raise FieldDeclarationError(
-                    f"`{cls.__name__}.{name}` has no declaration",
-                    fix=f"write `{name}: ... = sm.param(init)`, `sm.buffer(init)`, "
-                    "`sm.submodel(Cls)` or `sm.submodels(Cls, count)`",
-                )
-            fields[name] = complete_spec(cls.__name__, name, spec, hint, decl)
+        fields, statics = read_declarations(
+            cls, decl, cls.__shapeml_fields__, cls.__shapeml_statics__
+        )
         cls.__shapeml_fields__ = fields
         cls.__shapeml_statics__ = statics
 
@@ -214,27 +180,30 @@ class Model(eqx.Module):
                 f"(fields: {', '.join(known) or 'none'})",
                 fix=similar(unknown[0], known),
             )
+        own: dict[str, Any] = {}
         problems: list[str] = []
         for name, default in statics.items():
             value = values.get(name, default)
             if value is dataclasses.MISSING:
                 problems.append(f"{name}: missing (static configuration, no default)")
                 continue
-            object.__setattr__(self, name, check_static(cls.__name__, name, value))
-        for name, spec in specs.items():
-            if name not in values:
-                problems.append(f"{name}: missing ({describe_spec(spec, dims)})")
-                continue
-            value, problem = check_value(cls.__name__, name, spec, values[name], dims)
-            if problem:
-                problems.append(problem)
+            own[name] = check_static(cls.__name__, name, value)
+            object.__setattr__(self, name, own[name])
+        stored, more = check_fields(cls, dims, values, own)
+        for name, value in stored.items():
             object.__setattr__(self, name, value)
+        problems += more
         if problems:
             raise ShapeMismatchError(
                 f"`{cls.__name__}` ({dims_str(dims)}) was given {len(problems)} field(s) that do "
                 "not match their declarations:\n    " + "\n    ".join(problems),
                 fix="check the dims the model was built with, or build it with the dims that "
-                "match: e.g. `init(seed=0, D=64)`",
+                "match: e.g. `init(seed=0, D=64)`"
+                + (
+                    "; an optional tensor is None exactly when the model's options make it absent"
+                    if any(": absent (" in p or ": None given" in p for p in problems)
+                    else ""
+                ),
             )
         object.__setattr__(self, "_dims", dims)
 
@@ -264,22 +233,48 @@ class Model(eqx.Module):
         statics = {k: dims.pop(k) for k in list(dims) if k in cls.__shapeml_statics__}
         statics = tuple((k, check_static(cls.__name__, k, v)) for k, v in sorted(statics.items()))
         resolved = cls.dims.resolve(**dims)
-        check_size(cls, resolved, limit, f"`{cls.__name__}.init`")
+        check_size(cls, resolved, limit, f"`{cls.__name__}.init`", dict(statics))
         return _INIT.get(_InitKey(cls, resolved, statics))(key)
+
+    @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def of(cls, **dims_and_options: Any) -> Mapped:
+        """This model as a parent's field declares it: dims mapped to the parent's names, options
+        set. `sm.submodel(Cls, **dims_and_options)` is the same declaration.
+
+        Args:
+            **dims_and_options: an own free dim mapped to a parent dim's name (`In="D"`), to an
+                expression of parent dims (`Out="4 * D"`) or to a whole number (`In=64`); and
+                values of static fields (`bias=False`).
+
+        Returns:
+            A `Mapped` value (plain data: it compares, hashes and pickles); the sub-model built
+            from it is an instance of this class, with its own dim names.
+
+        Raises:
+            FieldDeclarationError: (E0905) for a name that is neither a dim nor a static field,
+                a derived dim, or a target that is not a name, an expression or a whole number.
+        """
+        errors = {"dims_error": FieldDeclarationError, "option_error": FieldDeclarationError}
+        return map_model(cls, dims_and_options, **errors)
 
     @classmethod
     def _init_at(cls, key: jax.Array, dims: Dims, prefix: str, statics: tuple = ()):
         values = dict(statics)
+        own = statics_of(cls, values)
         for name, spec in cls.__shapeml_fields__.items():
             path = prefix + name
             if spec.kind == "submodel":
-                values[name] = spec.model._init_at(key, child_dims(spec.model, dims), path + ".")
+                sub = child_dims(spec, dims)
+                values[name] = spec.model._init_at(key, sub, path + ".", spec.mapped.options)
             elif spec.kind == "submodels":
-                sub = child_dims(spec.model, dims)
+                sub = child_dims(spec, dims)
                 values[name] = tuple(
-                    spec.model._init_at(key, sub, f"{path}.{i}.")
+                    spec.model._init_at(key, sub, f"{path}.{i}.", spec.mapped.options)
                     for i in range(spec.count_in(dims))
                 )
+            elif not spec.present(own):
+                values[name] = None
             else:
                 shape = spec.shape_in(dims, f"`{cls.__name__}.{name}`")
                 field_key = jax.random.fold_in(key, field_hash(path))

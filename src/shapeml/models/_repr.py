@@ -22,7 +22,7 @@ def repr_lines(m, indent: str) -> list[str]:
                 sub = repr_lines(child, indent + "  ")
                 lines.append(f"{indent}  {name}.{i}: {sub[0]}")
                 lines.extend(sub[1:])
-        else:
+        elif value is not None or not spec.optional:  # an absent optional tensor is no row
             shape = " ".join(map(str, getattr(value, "shape", ())))
             dtype = getattr(getattr(value, "dtype", None), "name", "?")
             rows.append((spec.kind, name, f"[{spec.shape_str}]", f"[{shape}]", dtype))

@@ -1,7 +1,9 @@
 """Layers as `sm.Model`s in named dims: each a typed value with a shape-checked forward.
 
-Compose them with `sm.submodel` / `sm.submodels`; `Layer.of(...)` maps a layer's dims to the
-parent's names (`nn.Linear.of(In="D", Out="F")`) and sets its options.
+Compose them with `sm.submodel` / `sm.submodels`, which map a layer's dims onto the parent's names
+and set its options (`sm.submodel(nn.Linear, In="D", Out="F", bias=False)`); a layer on its own is
+built by its `init`, whose signature lists every dim and option (`nn.Linear.init(seed=0, In=4,
+Out=3, bias=False)`).
 """
 
 from ._attention import MultiHeadAttention as MultiHeadAttention

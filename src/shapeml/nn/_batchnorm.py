@@ -3,6 +3,9 @@ statistics (buffers) in evaluation; `nn.take_buffers` carries the updated buffer
 
 from __future__ import annotations
 
+import typing
+from typing import Any
+
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -38,6 +41,28 @@ class BatchNorm(Layer):
     eps: float = static(default=1e-5)
 
     @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(
+        cls,
+        seed: Any = 0,
+        *,
+        C: int = 8,
+        momentum: float = 0.1,
+        eps: float = 1e-5,
+        max_bytes: int | None = None,
+    ) -> BatchNorm:
+        """A new `BatchNorm` (scale ones, shift zeros, running mean zeros and variance ones).
+
+        Args:
+            seed: a whole number, a `jax.random.key` or an int array (as `sm.Model.init`).
+            C: channels (axis 1 of the input).
+            momentum: the weight of each batch in the running statistics, in (0, 1].
+            eps: added to the variance, > 0.
+            max_bytes: the most the layer may hold (default 16 GiB).
+        """
+        return super().init(seed, max_bytes=max_bytes, C=C, momentum=momentum, eps=eps)
+
+    @classmethod
     def _check(cls, dims, options) -> None:
         for name, high in (("momentum", 1.0), ("eps", None)):
             try:
@@ -46,43 +71,38 @@ class BatchNorm(Layer):
                 where = "in (0, 1]" if high else "> 0"
                 raise LayerOptionError(
                     f"`{cls.__name__}` {name} is {options[name]!r}; it must be a number {where}",
-                    fix=f"use e.g. `nn.BatchNorm.of({name}={0.1 if high else 1e-5})`",
+                    fix=f"use e.g. `sm.submodel(nn.BatchNorm, {name}={0.1 if high else 1e-5})`",
                 ) from e
 
+    @shaped
     def __call__(
         self, x: Float[Array, "b C *s"], *, train: bool
     ) -> tuple[Float[Array, "b C *s"], BatchNorm]:
         """`(y, layer)`: with `train=True`, `y` uses the batch's statistics and `layer` holds the
         updated running statistics; with `train=False`, the running ones and `layer` is `self`."""
-        return _batch_norm(self, x, train)
-
-
-@shaped
-def _batch_norm(
-    m: BatchNorm, x: Float[Array, "b C *s"], train: bool
-) -> tuple[Float[Array, "b C *s"], BatchNorm]:
-    shape = (1, m.dims.C) + (1,) * (x.ndim - 2)
-    if train:
-        axes = (0,) + tuple(range(2, x.ndim))
-        n = x.size // m.dims.C
-        if n < 2:
-            raise LayerInputError(
-                f"`{type(m).__name__}` needs at least 2 values per channel to train, got {n}",
-                fix="train with a batch of 2 or more, or call with train=False",
+        m = self
+        shape = (1, m.dims.C) + (1,) * (x.ndim - 2)
+        if train:
+            axes = (0,) + tuple(range(2, x.ndim))
+            n = x.size // m.dims.C
+            if n < 2:
+                raise LayerInputError(
+                    f"`{type(m).__name__}` needs at least 2 values per channel to train, got {n}",
+                    fix="train with a batch of 2 or more, or call with train=False",
+                )
+            mean = jnp.mean(x, axis=axes)
+            var = jnp.mean(jnp.square(x - mean.reshape(shape)), axis=axes)
+            unbiased = var * (n / (n - 1))
+            mom = m.momentum
+            m = m.replace(
+                mean=((1 - mom) * m.mean + mom * mean).astype(m.mean.dtype),
+                var=((1 - mom) * m.var + mom * unbiased).astype(m.var.dtype),
             )
-        mean = jnp.mean(x, axis=axes)
-        var = jnp.mean(jnp.square(x - mean.reshape(shape)), axis=axes)
-        unbiased = var * (n / (n - 1))
-        mom = m.momentum
-        m = m.replace(
-            mean=((1 - mom) * m.mean + mom * mean).astype(m.mean.dtype),
-            var=((1 - mom) * m.var + mom * unbiased).astype(m.var.dtype),
-        )
-    else:
-        mean, var = m.mean, m.var
-    inv = jnp.reciprocal(jnp.sqrt(var.reshape(shape) + m.eps))
-    y = (x - mean.reshape(shape)) * inv * m.scale.reshape(shape) + m.bias.reshape(shape)
-    return y.astype(x.dtype), m
+        else:
+            mean, var = m.mean, m.var
+        inv = jnp.reciprocal(jnp.sqrt(var.reshape(shape) + m.eps))
+        y = (x - mean.reshape(shape)) * inv * m.scale.reshape(shape) + m.bias.reshape(shape)
+        return y.astype(x.dtype), m
 
 
 def take_buffers(m: Model, source: Model) -> Model:

@@ -13,15 +13,17 @@ class LayerDimsError(
     code="E1801",
     title="layer dims do not fit together",
     explanation="""
-A layer's dims were renamed in a way that cannot work, or a layer was built with dims that do not
-fit together. A layer's dims take the parent's values by name; `Layer.of(...)` maps a layer dim to
-a parent dim (or an expression of parent dims) of another name:
+A layer's dims were mapped in a way that cannot work, or a layer was built with dims that do not
+fit together. A layer's dims take the parent's values by name; the declaration maps a layer dim
+to a parent dim (or an expression of parent dims, or a number) of another name:
 
-    up: nn.Linear = sm.submodel(nn.Linear.of(In="D", Out="4 * D"))   # In = D, Out = 4 * D
+    up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="4 * D")   # In = D, Out = 4 * D
 
-A layer dim may not be mapped to a name that is another of the layer's own dims (`In="Out"`):
-rename both to parent names instead. Attention needs its width divisible by its heads
-(`D % H == 0`), and rotary positions an even head width (`K = D // H`):
+A dim maps to a name, an expression or a whole number; a derived dim (attention's `Dh`) cannot be
+mapped (map the dims it is computed from); and a layer dim may not be mapped to a name that is
+another of the layer's own dims, itself mapped (`In="Out", Out="D"`): map both to parent names
+instead. Attention needs its width divisible by its heads (`D % H == 0`), and rotary positions an
+even head width (`Dh = D // H`):
 
     attn: nn.MultiHeadAttention = sm.submodel(nn.MultiHeadAttention)   # parent: D=64, H=4
 """,
@@ -35,14 +37,14 @@ class LayerOptionError(
     code="E1802",
     title="invalid layer option",
     explanation="""
-`Layer.of(...)` (or a layer's constructor) was given an option it does not take, or a value out of
-its range: a dropout rate outside [0, 1), a stride below 1, a negative padding, a pooling window
-below 1, an unknown activation or position scheme. Options are keyword arguments next to the dim
-renames:
+A layer's declaration (`sm.submodel(nn.X, ...)`, `nn.X.of(...)`), `init` or constructor was given
+an option it does not take, or a value out of its range: a dropout rate outside [0, 1), a stride
+below 1, a negative padding, a pooling window below 1, a bias that is not True or False, an
+unknown activation or position scheme. Options are keyword arguments next to the dim mappings:
 
-    nn.Conv2d.of(Ci="C", Co="C2", stride=2, padding=1)
-    nn.Dropout.of(rate=0.1)
-    nn.MultiHeadAttention.of(causal=True, positions="rotary")
+    sm.submodel(nn.Conv2d, Ci="C", Co="C2", stride=2, padding=1)
+    nn.Dropout(rate=0.1)
+    nn.MultiHeadAttention.init(seed=0, causal=True, positions="rotary")
 
 The message names the option, the value and the range it must be in.
 """,

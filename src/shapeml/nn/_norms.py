@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Mapping
 from typing import Any
 
@@ -23,7 +24,7 @@ def _check_eps(cls: type, options: Mapping[str, Any]) -> None:
     except Exception as e:
         raise LayerOptionError(
             f"`{cls.__name__}` eps is {options['eps']!r}; it must be a number > 0",
-            fix=f"use e.g. `{cls.__name__.split('[')[0]}.of(eps=1e-5)`",
+            fix=f"use e.g. `sm.submodel(nn.{cls.__name__}, eps=1e-5)`",
         ) from e
 
 
@@ -40,12 +41,33 @@ class LayerNorm(Layer):
     eps: float = static(default=1e-5)
 
     @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(
+        cls, seed: Any = 0, *, D: int = 32, eps: float = 1e-5, max_bytes: int | None = None
+    ) -> LayerNorm:
+        """A new `LayerNorm` (scale ones, shift zeros).
+
+        Args:
+            seed: a whole number, a `jax.random.key` or an int array (as `sm.Model.init`).
+            D: width of the normalized axis.
+            eps: added to the variance, > 0.
+            max_bytes: the most the layer may hold (default 16 GiB).
+        """
+        return super().init(seed, max_bytes=max_bytes, D=D, eps=eps)
+
+    @classmethod
     def _check(cls, dims, options) -> None:
         _check_eps(cls, options)
 
+    @shaped
     def __call__(self, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
         """Normalizes `[*b D]` over `D`."""
-        return _layer_norm(self, x)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        lead = (1,) * (x.ndim - 1)  # explicit broadcasting: the suite forbids rank promotion
+        y = (x - mean) * jnp.reciprocal(jnp.sqrt(var + self.eps))
+        scale = self.scale.reshape(lead + self.scale.shape)
+        return y * scale + self.bias.reshape(lead + self.bias.shape)
 
 
 class RMSNorm(Layer):
@@ -59,25 +81,28 @@ class RMSNorm(Layer):
     eps: float = static(default=1e-6)
 
     @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(
+        cls, seed: Any = 0, *, D: int = 32, eps: float = 1e-6, max_bytes: int | None = None
+    ) -> RMSNorm:
+        """A new `RMSNorm` (scale ones).
+
+        Args:
+            seed: a whole number, a `jax.random.key` or an int array (as `sm.Model.init`).
+            D: width of the normalized axis.
+            eps: added to the mean square, > 0.
+            max_bytes: the most the layer may hold (default 16 GiB).
+        """
+        return super().init(seed, max_bytes=max_bytes, D=D, eps=eps)
+
+    @classmethod
     def _check(cls, dims, options) -> None:
         _check_eps(cls, options)
 
+    @shaped
     def __call__(self, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
         """Normalizes `[*b D]` by its root mean square over `D`."""
-        return _rms_norm(self, x)
-
-
-@shaped
-def _layer_norm(m: LayerNorm, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
-    lead = (1,) * (x.ndim - 1)  # explicit broadcasting: the suite forbids rank promotion
-    y = (x - mean) * jnp.reciprocal(jnp.sqrt(var + m.eps))
-    return y * m.scale.reshape(lead + m.scale.shape) + m.bias.reshape(lead + m.bias.shape)
-
-
-@shaped
-def _rms_norm(m: RMSNorm, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
-    ms = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
-    lead = (1,) * (x.ndim - 1)
-    return x * jnp.reciprocal(jnp.sqrt(ms + m.eps)) * m.scale.reshape(lead + m.scale.shape)
+        ms = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+        lead = (1,) * (x.ndim - 1)
+        scale = self.scale.reshape(lead + self.scale.shape)
+        return x * jnp.reciprocal(jnp.sqrt(ms + self.eps)) * scale

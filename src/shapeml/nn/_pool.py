@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import typing
+from typing import Any
+
 import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Float
@@ -30,9 +33,18 @@ class _Pool(Layer):
                 fix=f"use padding <= window // 2 = {options['window'] // 2}",
             )
 
+    @shaped
     def __call__(self, x: Float[Array, "b c h w"]) -> Float[Array, "b c oh ow"]:
         """`[b c h w] -> [b c oh ow]`, `oh = (h + 2 * padding - window) // stride + 1`."""
-        return _pool(self, x)
+        w, p = self.window, self.padding
+        s = w if self.stride is None else self.stride
+        for n, axis in ((x.shape[2], "height"), (x.shape[3], "width")):
+            out_size(type(self).__name__, n, w, s, p, axis)
+        dims, strides, pads = (1, 1, w, w), (1, 1, s, s), ((0, 0), (0, 0), (p, p), (p, p))
+        if isinstance(self, MaxPool2d):
+            return lax.reduce_window(x, -jnp.inf, lax.max, dims, strides, pads)
+        total = lax.reduce_window(x, 0.0, lax.add, dims, strides, pads)
+        return total / (w * w)
 
 
 class MaxPool2d(_Pool):
@@ -41,8 +53,33 @@ class MaxPool2d(_Pool):
     Options: `window` (default 2), `stride` (default: the window), `padding` (default 0).
 
     Example:
-        >>> pool: nn.MaxPool2d = sm.submodel(nn.MaxPool2d.of(window=2))
+        >>> pool: nn.MaxPool2d = sm.submodel(nn.MaxPool2d, window=2)
+        >>> pool = nn.MaxPool2d(window=3, stride=1, padding=1)     # on its own
     """
+
+    @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(
+        cls,
+        seed: Any = 0,
+        *,
+        window: int = 2,
+        stride: int | None = None,
+        padding: int = 0,
+        max_bytes: int | None = None,
+    ) -> MaxPool2d:
+        """A new `MaxPool2d` (it has no tensors: `seed` draws nothing).
+
+        Args:
+            seed: accepted as by every `init`; unused.
+            window: the side of each `window x window` patch, >= 1.
+            stride: the step between patches, >= 1; None (the default) is the window.
+            padding: -inf added on each side of the height and width, at most `window // 2`.
+            max_bytes: as for `sm.Model.init`.
+        """
+        return super().init(
+            seed, window=window, stride=stride, padding=padding, max_bytes=max_bytes
+        )
 
 
 class AvgPool2d(_Pool):
@@ -52,15 +89,27 @@ class AvgPool2d(_Pool):
     Options: `window` (default 2), `stride` (default: the window), `padding` (default 0).
     """
 
+    @classmethod
+    @typing.no_type_check  # validates its arguments itself, with coded errors
+    def init(
+        cls,
+        seed: Any = 0,
+        *,
+        window: int = 2,
+        stride: int | None = None,
+        padding: int = 0,
+        max_bytes: int | None = None,
+    ) -> AvgPool2d:
+        """A new `AvgPool2d` (it has no tensors: `seed` draws nothing).
 
-@shaped
-def _pool(m: _Pool, x: Float[Array, "b c h w"]) -> Float[Array, "b c oh ow"]:
-    w, p = m.window, m.padding
-    s = w if m.stride is None else m.stride
-    for n, axis in ((x.shape[2], "height"), (x.shape[3], "width")):
-        out_size(type(m).__name__, n, w, s, p, axis)
-    dims, strides, pads = (1, 1, w, w), (1, 1, s, s), ((0, 0), (0, 0), (p, p), (p, p))
-    if isinstance(m, MaxPool2d):
-        return lax.reduce_window(x, -jnp.inf, lax.max, dims, strides, pads)
-    total = lax.reduce_window(x, 0.0, lax.add, dims, strides, pads)
-    return total / (w * w)
+        Args:
+            seed: accepted as by every `init`; unused.
+            window: the side of each `window x window` patch, >= 1.
+            stride: the step between patches, >= 1; None (the default) is the window.
+            padding: zeros added on each side of the height and width (counted in the mean),
+                at most `window // 2`.
+            max_bytes: as for `sm.Model.init`.
+        """
+        return super().init(
+            seed, window=window, stride=stride, padding=padding, max_bytes=max_bytes
+        )

@@ -1,5 +1,6 @@
-"""Rotary position embedding (RoPE): each pair `(x[i], x[i + K/2])` of a head is rotated by the
-angle `pos * base ** (-2i / K)`, so a query-key product depends on their distance only."""
+"""Rotary position embedding (RoPE): each pair `(x[i], x[i + Dh/2])` of a head of width `Dh` is
+rotated by the angle `pos * base ** (-2i / Dh)`, so a query-key product depends on their distance
+only."""
 
 from __future__ import annotations
 

@@ -18,12 +18,15 @@ class UnknownRuleDimError(
     ShapemlError,
     KeyError,
     code="E1901",
-    title="sharding rule names a dim the model does not have",
+    title="sharding rule places no field",
     explanation="""
-A rule table maps dim names to mesh axes (`{"D": "model", "F": "model"}`). One of its keys is
-neither a dim the model (or one of its sub-models) declares nor a dim expression one of its fields
-spells (`"H*Dh"`, `"P*P"`). A misspelt rule would silently leave its dim replicated, so it is
-refused; the message lists the model's dims and suggests a close one.
+A rule table maps dim names to mesh axes (`{"D": "model", "F": "model"}`). One of its rules places
+no axis of any field: its key is neither a dim the model (or one of its sub-models) declares nor a
+dim expression a field spells (`"H*Dh"`, `"P*P"`); or it is a dim no field's axis is spelled with;
+or every axis it names is placed by the rule of an outer spelling (a layer's `In` mapped to the
+parent's `D`, with a rule for `D`: the outermost spelling with a rule wins). A rule with no effect
+would silently leave what it names replicated, so it is refused; the message lists the spellings
+of the fields' axes and suggests a close one.
 
     sm.shard(m, mesh, {"Dff": "model"})   # E1901: the model declares F, not Dff
     sm.shard(m, mesh, {"F": "model"})

@@ -22,7 +22,7 @@ from .._validate import instance
 from ..models import Model
 from ..models import load as load_unsharded
 from ..models._checkpoint import model_from_arrays, read_model_file
-from ..models._metadata import saved_dims
+from ..models._metadata import saved_dims, saved_statics
 from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
 
 __all__ = ["load"]
@@ -47,7 +47,7 @@ class _PlacedEntries(Mapping[str, Any]):
             cls = self._cls
             saved = saved_dims(self._meta, "")  # already checked by the codec
             dims = cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
-            plans = plan(cls, dims, self._rules)
+            plans = plan(cls, dims, self._rules, saved_statics(self._meta, ""))
             check_mesh(plans, self._rules, self._mesh)
             self._plans = {p.name: p for p in plans}
         return self._plans

@@ -20,13 +20,19 @@ __all__ = ["FieldMemory", "MemoryReport", "memory_report"]
 
 @dataclasses.dataclass(frozen=True)
 class FieldMemory:
-    """One array's bytes in all and on each device (the largest block: blocks are even)."""
+    """One array's bytes in all and on each device (the largest block: blocks are even).
+
+    `rules` names the rule that placed each split axis, in axis order (`"F"`, `"D, F"`), as the
+    table spells it (the outermost spelling with a rule wins); `""` for an array no rule splits
+    and for optimizer state.
+    """
 
     name: str
     shape: tuple[int, ...]
     spec: str
     total_bytes: int
     device_bytes: int
+    rules: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,16 +64,18 @@ class MemoryReport:
 
     def __str__(self) -> str:
         width = max([len(r.name) for r in self.rows] + [5])
+        rule = max([len(r.rules) for r in self.rows] + [4])
         lines = [
-            f"{'field':{width}s}  {'shape':16s} {'spec':28s} {'total':>12s} {'per device':>12s}"
+            f"{'field':{width}s}  {'shape':16s} {'spec':28s} {'rule':{rule}s} {'total':>12s} "
+            f"{'per device':>12s}"
         ]
         lines += [
-            f"{r.name:{width}s}  {str(list(r.shape)):16s} {r.spec:28s} "
+            f"{r.name:{width}s}  {str(list(r.shape)):16s} {r.spec:28s} {r.rules or '-':{rule}s} "
             f"{r.total_bytes:12,d} {r.device_bytes:12,d}"
             for r in self.rows
         ]
         lines.append(
-            f"{'all':{width}s}  {'':16s} {f'{self.devices} devices':28s} "
+            f"{'all':{width}s}  {'':16s} {f'{self.devices} devices':28s} {'':{rule}s} "
             f"{self.total_bytes:12,d} {self.device_bytes:12,d}  ({self.ratio:.3f} of replicated)"
         )
         return "\n".join(lines)
@@ -83,8 +91,9 @@ def memory_report(
     """Prints (to `file`; None prints nothing) and returns the bytes per device of each field.
 
     Computed from the declarations and the rules, so nothing is placed: plan a layout before you
-    have the devices. With `opt`, the optimizer state is counted too, each leaf placed as
-    `step_shardings` places it.
+    have the devices. Each row says which rule split the field (column `rule`): a rule on a
+    parent's dim reaches the fields of the layers mapped to it. With `opt`, the optimizer state is
+    counted too, each leaf placed as `step_shardings` places it.
 
     Example:
         >>> report = sm.memory_report(m, mesh, {"D": "data"}, opt=opt)
@@ -99,6 +108,7 @@ def memory_report(
             _spec_text(p.spec),
             int(np.prod(p.shape, dtype=np.int64)) * p.dtype.itemsize,
             int(np.prod(p.local_shape(sizes), dtype=np.int64)) * p.dtype.itemsize,
+            ", ".join(r for r, axes in zip(p.rules, p.axes, strict=True) if r and axes),
         )
         for p in plans
     ]

@@ -22,7 +22,7 @@ from jax.sharding import PartitionSpec as P
 from .._errors import ArgumentError
 from .._validate import instance, shorten
 from ..models import Model
-from ..models._introspect import dotted_name
+from ..models._introspect import dotted_name, statics
 from ..optim import Optimizer
 from ._errors import AxisReusedError, IndivisibleDimError, UnknownMeshAxisError
 from ._opt import opt_shardings
@@ -45,7 +45,7 @@ __all__ = [
 def field_plans(m: Model, rules: Rules) -> dict[str, FieldPlan]:
     """Every param and buffer of `m` by dotted name, with where the rules put it."""
     instance("m", m, Model, "an sm.Model")
-    return {p.name: p for p in plan(type(m), m.dims, rules)}
+    return {p.name: p for p in plan(type(m), m.dims, rules, statics(m))}
 
 
 def checked_plans(m: Model, mesh: Mesh, rules: Rules) -> dict[str, FieldPlan]:

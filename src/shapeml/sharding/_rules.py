@@ -1,23 +1,27 @@
 """Rule tables: a model's declared dims mapped to mesh axes, one `PartitionSpec` per field.
 
 Each axis of a field is spelled by a number, a dim name (`D`, also a derived dim such as `N`) or a
-dim expression (`P*P`, `H*Dh`). An axis is split over the mesh axes of:
+dim expression (`P*P`, `H*Dh`). In a sub-model it has one spelling per level of the model tree:
+its own (a Linear's `Out`), and, through each parent's dim mapping, the parent's (`F` for an MLP's
+`up = Linear.of(In="D", Out="F")`, `4 * D` one level up for `mlp = MLP.of(F="4 * D")`). The
+outermost spelling with a rule wins; at each level an axis is split over the mesh axes of:
 
 1. the rule for its spelling, when the table names it (`{"D": "model"}`, `{"H*Dh": "tp"}`);
 2. else, for a product, the rule for its first factor: `H*Dh` is laid out head after head, so its
    even blocks are whole heads and `{"H": "tp"}` splits it by heads (what Megatron does);
-3. else nothing: the axis is replicated (numbers, unruled dims, other expressions such as `D//H`).
+3. else the next level inward; with no rule at any level the axis is replicated (numbers,
+   unruled dims, other expressions such as `D//H`).
 
-Sub-models are placed by the same table, by name: their dims take the parent's values.
+A rule that places no axis of any field (a misspelt dim, a dim no field uses, a rule every axis
+of which an outer rule places) is refused (E1901), naming the spellings it could have meant.
 """
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import functools
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import numpy as np
 from jax.sharding import Mesh
@@ -26,7 +30,6 @@ from jax.sharding import PartitionSpec as P
 from .._errors import similar
 from .._validate import shorten
 from ..models import Dims, Model
-from ..models._checks import child_dims
 from ..models._fields import FieldSpec
 from ._errors import (
     AxisReusedError,
@@ -35,6 +38,7 @@ from ._errors import (
     UnknownMeshAxisError,
     UnknownRuleDimError,
 )
+from ._spellings import Level, axis_rule, canon, declarations, first_factor
 
 __all__ = ["FieldPlan", "Rules", "check_mesh", "plan", "rules_table"]
 
@@ -59,7 +63,7 @@ class FieldPlan:
     dtype: np.dtype
     axes: tuple[Axes, ...]
     units: tuple[int, ...]
-    rules: tuple[str | None, ...]  # the rule key that split each axis
+    rules: tuple[str | None, ...]  # the rule key that placed each axis (None: no rule)
 
     @property
     def spec(self) -> P:
@@ -72,26 +76,6 @@ class FieldPlan:
             n // int(np.prod([mesh_shape[a] for a in axes], dtype=np.int64))
             for n, axes in zip(self.shape, self.axes, strict=True)
         )
-
-
-def _canon(key: str) -> str:
-    """One spelling per expression (`H * Dh` and `H*Dh` are the same rule)."""
-    if key.isidentifier():
-        return key
-    try:
-        return ast.unparse(ast.parse(key.strip(), mode="eval").body)
-    except SyntaxError:
-        return key  # not an expression: reported as an unknown dim
-
-
-def _first_factor(token: str) -> str | None:
-    """The first factor of a product of dims (`H` of `H*Dh`), or None for anything else."""
-    node = ast.parse(token, mode="eval").body
-    if not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult)):
-        return None
-    while isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult):
-        node = node.left
-    return node.id if isinstance(node, ast.Name) else None
 
 
 def rules_table(rules: Any) -> tuple[tuple[str, Axes], ...]:
@@ -128,102 +112,148 @@ def rules_table(rules: Any) -> tuple[tuple[str, Axes], ...]:
             raise RuleTableError(
                 f"rule `{key}` lists a mesh axis twice: {axes}", fix="name each axis once"
             )
-        canon = _canon(key)
-        if canon in out:
+        key_canon = canon(key)
+        if key_canon in out:
             raise RuleTableError(
-                f"rules `{key}` and another key both spell `{canon}`",
+                f"rules `{key}` and another key both spell `{key_canon}`",
                 fix="keep one rule per dim",
             )
-        out[canon] = axes
+        out[key_canon] = axes
     return tuple(sorted(out.items()))
 
 
-def _declarations(cls: type[Model], dims: Dims, prefix: str = "") -> Iterator:
-    """(dotted name, FieldSpec, the dims it is declared in) of every param and buffer."""
-    for name, spec in cls.__shapeml_fields__.items():
-        if spec.kind in ("submodel", "submodels"):
-            sub = child_dims(spec.model, dims)
-            if spec.kind == "submodel":
-                yield from _declarations(spec.model, sub, f"{prefix}{name}.")
-            else:
-                for i in range(spec.count_in(dims)):
-                    yield from _declarations(spec.model, sub, f"{prefix}{name}.{i}.")
-        else:
-            yield prefix + name, spec, dims
+class _Axis(NamedTuple):
+    """One axis of a field, for the report of a rule that places nothing."""
+
+    field: str
+    spellings: tuple[str, ...]  # outermost first
+    rule: str | None  # the rule that placed it
 
 
-def _field_plan(name: str, spec: FieldSpec, dims: Dims, table: dict[str, Axes]) -> FieldPlan:
-    shape = spec.shape_in(dims)
-    axes, units, used = [], [], []
+def _field_plan(name: str, spec: FieldSpec, level: Level, table: Mapping[str, Axes]):
+    """The field's `FieldPlan`, and its named axes as `_Axis` records."""
+    shape = spec.shape_in(level.dims[-1])
+    axes, units, used, named = [], [], [], []
     for token, size in zip(spec.shape, shape, strict=True):
         rule, unit = None, size
         if isinstance(token, str):
-            key = _canon(token)
-            if key in table:
-                rule = key
-            elif (first := _first_factor(token)) is not None and first in table:
-                rule, unit = first, dims[first]
+            rule, unit, spellings = axis_rule(token, size, level, table)
+            named.append(_Axis(name, tuple(s for s in spellings if s is not None), rule))
         axes.append(table[rule] if rule else ())
         units.append(unit)
         used.append(rule)
+    _check_reuse(name, spec, axes, used)
+    plan_ = FieldPlan(
+        name,
+        spec.kind,
+        spec.shape,
+        shape,
+        np.dtype(spec.dtype),
+        tuple(axes),
+        tuple(units),
+        tuple(used),
+    )
+    return plan_, named
+
+
+def _check_reuse(name: str, spec: FieldSpec, axes: list[Axes], used: list[str | None]) -> None:
     seen: dict[str, int] = {}
     for i, ax in enumerate(axes):
         for a in ax:
             if a in seen:
                 j = seen[a]
-                twice = spec.shape[i] == spec.shape[j]
+                twice = used[i] == used[j]
+                if not twice:
+                    along = (
+                        f"`{spec.shape[j]}` (rule `{used[j]}`) and `{spec.shape[i]}` "
+                        f"(rule `{used[i]}`)"
+                    )
+                elif spec.shape[i] == spec.shape[j]:
+                    along = f"both of its `{spec.shape[i]}` axes (it reads `{spec.shape[i]}` twice)"
+                else:  # two own names mapped onto one parent name
+                    along = (
+                        f"both of its axes `{spec.shape[j]}` and `{spec.shape[i]}`, which are "
+                        f"both spelled `{used[i]}` (it reads `{used[i]}` twice)"
+                    )
                 raise AxisReusedError(
                     f"`{name}` [{spec.shape_str}] would be split over mesh axis `{a}` along "
-                    + (
-                        f"both of its `{spec.shape[i]}` axes (it reads `{spec.shape[i]}` twice)"
-                        if twice
-                        else f"`{spec.shape[j]}` (rule `{used[j]}`) and `{spec.shape[i]}` "
-                        f"(rule `{used[i]}`)"
-                    ),
+                    + along,
                     fix=(
                         f"declare `{name}`'s axes with distinct names (e.g. `H*Dh` for a head "
-                        f"axis), or leave `{spec.shape[i]}` out of the rules"
+                        f"axis), or leave `{used[i]}` out of the rules"
                         if twice
                         else f"map `{used[i]}` or `{used[j]}` to another mesh axis"
                     ),
                 )
             seen[a] = i
-    return FieldPlan(
-        name, spec.kind, spec.shape, shape, np.dtype(spec.dtype), tuple(axes), tuple(units),
-        tuple(used),
-    )  # fmt: skip
 
 
 @functools.lru_cache(maxsize=256)
-def _plan(cls: type[Model], dims_items: tuple, table: tuple) -> tuple[FieldPlan, ...]:
+def _plan(cls: type[Model], dims_items: tuple, statics: tuple, table: tuple):
     dims = cls.dims.resolve(**{k: v for k, v in dims_items if k in cls.dims.free})
-    decls = list(_declarations(cls, dims))
-    known = set(dims)
-    for _, spec, d in decls:
-        known.update(d)
-        known.update(_canon(t) for t in spec.shape if isinstance(t, str))
-    for key, _ in table:
-        if key not in known:
-            names = sorted({*dims, *(n for _, _, d in decls for n in d)})
-            raise UnknownRuleDimError(
-                f"the rules name `{key}`, which `{cls.__name__}` neither declares as a dim nor "
-                f"spells in a field (dims: {', '.join(names) or 'none'})",
-                fix=similar(key, sorted(known), what="dim")
-                or f"remove `{key}` from the rules, or rule one of: {', '.join(names)}",
-            )
+    root = Level((dims,), {n: (n,) for n in dims})
     lookup = dict(table)
-    return tuple(_field_plan(n, s, d, lookup) for n, s, d in decls)
+    plans, named, names = [], [], set(dims)
+    for name, spec, level in declarations(cls, root, dict(statics)):
+        fp, axes = _field_plan(name, spec, level, lookup)
+        plans.append(fp)
+        named += axes
+        names.update(n for d in level.dims for n in d)
+    placed = {a.rule for a in named}
+    for key, _ in table:
+        if key not in placed:
+            raise _places_nothing(cls.__name__, key, named, sorted(names))
+    return tuple(plans)
 
 
-def plan(cls: type[Model], dims: Dims, rules: Any) -> tuple[FieldPlan, ...]:
+def _places_nothing(owner: str, key: str, named: list[_Axis], names: list[str]):
+    """E1901 for a rule that places no axis, naming what it could have meant."""
+    spellings = sorted({s for a in named for s in a.spellings})
+    firsts = {f for s in spellings if (f := first_factor(s)) is not None}
+    shadowed = [
+        a for a in named if key in a.spellings or key in {first_factor(s) for s in a.spellings}
+    ]
+    if shadowed:
+        winners = sorted({a.rule for a in shadowed if a.rule is not None})
+        return UnknownRuleDimError(
+            f"the rules name `{key}`, but every axis spelled `{key}` (e.g. in `{shadowed[0].field}`)"
+            f" is placed by the rule for an outer spelling ({', '.join(f'`{w}`' for w in winners)})"
+            ", so it places nothing",
+            fix=f"remove `{key}` from the rules (the outermost spelling with a rule wins), or "
+            f"remove {', '.join(f'`{w}`' for w in winners)}",
+        )
+    where = (
+        f"a dim of `{owner}` or a sub-model that no field's axis is spelled with"
+        if key in names
+        else f"which `{owner}` neither declares as a dim nor spells in a field"
+    )
+    usable = sorted(set(spellings) | firsts)
+    shown = ", ".join(usable[:40]) + (f", ... ({len(usable)} in all)" if len(usable) > 40 else "")
+    return UnknownRuleDimError(
+        f"the rules name `{key}`, {where} (dims: {', '.join(names) or 'none'}), so it places "
+        "nothing",
+        fix=similar(key, usable, what="spelling")
+        or f"remove `{key}` from the rules, or rule one of the spellings of the fields' axes: "
+        f"{shown or 'none'}",
+    )
+
+
+def plan(
+    cls: type[Model], dims: Dims, rules: Any, statics: Mapping[str, Any] | None = None
+) -> tuple[FieldPlan, ...]:
     """The placement of every param and buffer of a `cls` with these dims, without a mesh.
+
+    `statics` are the static values by dotted name (`sm.models._introspect.statics(m)`, or a
+    checkpoint's): they say which optional tensors are present. Those not given take the
+    declared options and defaults.
 
     Raises:
         RuleTableError: (E1905) for a malformed table.
-        UnknownRuleDimError: (E1901) for a rule naming a dim the model does not have.
+        UnknownRuleDimError: (E1901) for a rule that places no axis of any field.
         AxisReusedError: (E1904) when one field would use a mesh axis twice.
     """
-    return _plan(cls, tuple(dims.items()), rules_table(rules))
+    given = tuple(sorted((statics or {}).items()))
+    return _plan(cls, tuple(dims.items()), given, rules_table(rules))
 
 
 def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
