@@ -18,6 +18,7 @@ __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
     "CODE_MODULES",
+    "DtypeUnavailableError",
     "Explanation",
     "ShapemlError",
     "ShapemlWarning",
@@ -193,6 +194,24 @@ class ArgumentTypeError(
 A shapeml function was called with an argument of a type it does not take (a pytree where a model is
 expected, an optimizer of another library, a model class where an instance is expected). The
 message names the argument, what it got and what it takes.
+""",
+):
+    pass
+
+
+class DtypeUnavailableError(
+    ShapemlError,
+    TypeError,
+    code="E0004",
+    title="dtype this process cannot hold",
+    explanation="""
+A field, a state or a cache was declared with a dtype that JAX in this process cannot hold: without
+64-bit mode (`jax_enable_x64`), JAX turns float64, int64, uint64 and complex128 into their 32-bit
+kinds, so the tensor would silently be narrower than declared. shapeml refuses the declaration
+where the tensor is made, naming it, instead of letting it change kind on the way.
+
+    jax.config.update("jax_enable_x64", True)   # before any JAX array is made, or
+    sm.param(init, dtype=jnp.float32)           # declare a dtype this process holds
 """,
 ):
     pass
