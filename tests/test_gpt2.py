@@ -6,6 +6,8 @@ a wrong config, a broken shard index) gets one coded report naming every problem
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -208,3 +210,11 @@ def test_to_hf_refuses_what_it_cannot_write(model, tmp_path):
     assert not (tmp_path / "nan").exists()  # refused before anything was made
     with pytest.raises(sm.ArgumentTypeError):
         gpt2.to_hf(nn.Linear.init(seed=0), tmp_path / "linear")
+
+
+def test_the_library_never_imports_torch_or_transformers():
+    code = (
+        "import sys; import shapeml; from shapeml.zoo import gpt2; "
+        "assert not {'torch', 'transformers'} & set(sys.modules), 'imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)

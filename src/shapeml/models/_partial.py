@@ -13,7 +13,6 @@ import sys
 import typing
 import warnings
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -131,12 +130,13 @@ class LoadReport:
         if self.missing:
             lines.append(f"{fill}, not in the file: {_names(self.missing)}")
         for name, file_shape, shape in self.mismatched:
-            did = (
-                f"loaded [{', '.join(f':{min(a, b)}' for a, b in zip(file_shape, shape))}] "
-                "from the file, the rest " + fill.split(" (")[0]
-                if name in self.overlapped
-                else fill
-            )
+            block = f"[{', '.join(f':{min(a, b)}' for a, b in zip(file_shape, shape))}]"
+            if name not in self.overlapped:
+                did = fill
+            elif all(a >= b for a, b in zip(file_shape, shape)):
+                did = f"loaded the file's {block}"
+            else:
+                did = f"loaded {block} from the file, the rest {fill.split(' (')[0]}"
             lines.append(f"`{name}`: file {_shape(file_shape)}, model {_shape(shape)}: {did}")
         if self.unexpected:
             lines.append(f"ignored, not in the model: {_names(self.unexpected)}")
@@ -260,11 +260,15 @@ def complete_entries(
     return out, report, problems
 
 
+def _internal(module: str) -> bool:
+    """Whether a frame of `module` is shapeml's own (or a type checker's wrapper around it)."""
+    return module.split(".")[0] in ("shapeml", "jaxtyping", "beartype")
+
+
 def warn_partial(report: LoadReport) -> None:
     """W1302 with the report, located at the first frame outside shapeml (the user's call)."""
-    root = str(Path(__file__).resolve().parent.parent)
     level, frame = 2, sys._getframe(1)  # 2: the caller of this function
-    while frame is not None and str(Path(frame.f_code.co_filename).resolve()).startswith(root):
+    while frame is not None and _internal(frame.f_globals.get("__name__", "")):
         level, frame = level + 1, frame.f_back
     w = PartialLoadWarning(
         str(report), fix="pass report=True to get the report instead of this warning"
