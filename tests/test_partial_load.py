@@ -10,6 +10,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float
 
 import shapeml as sm
@@ -143,7 +144,8 @@ def test_a_partial_load_onto_a_mesh_places_every_field(path):
     m, report = sm.load(path, Classifier, mesh=mesh, rules={"D": "data"}, missing="init",
                         report=True)  # fmt: skip
     assert report.missing[0] == "head.w"
-    for leaf in jax.tree.leaves(m):
-        assert leaf.sharding.mesh.axis_names == ("data",)
+    assert all(leaf.sharding.mesh.axis_names == ("data",) for leaf in jax.tree.leaves(m))
+    assert m.head.w.sharding.spec == P("data", None)  # the filled head is placed by the rules
+    assert m.emb.w.sharding.spec == P(None, "data")
     with pytest.warns(PartialLoadWarning):
         sm.load(path, Classifier, mesh=mesh, missing="init")

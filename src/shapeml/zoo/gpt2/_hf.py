@@ -20,7 +20,7 @@ from ..._validate import instance, integer
 from ...models._checkpoint import model_from_arrays
 from ...models._entries import entry_problems, first_problems
 from ...models._introspect import declared, tensors
-from ...models._limits import max_bytes_of
+from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
 from ._config import DIM_KEYS, config_json, read_config
@@ -105,6 +105,8 @@ def from_hf(
     folder = _folder(path)
     dims = read_config(folder)
     limit = max_bytes_of(max_bytes)
+    # The config's dims are checked before they size anything (a config of 10**9 layers).
+    check_size(GPT2, GPT2.dims.resolve(**dims), limit, f"reading `{cut(folder)}`")
     files = read_weights(folder, limit, allow_nonfinite)
     prefix = split_prefix(files)
     fields = hf_to_field(dims["L"])
