@@ -1,6 +1,7 @@
 """The example scripts on real data, in their quick forms: the digits CNN trains and plots its
 confusion matrix; the char-level GPT trains, samples with the KV-cache decode, and resumes from
-its checkpoint exactly where an uninterrupted run would be."""
+its checkpoint exactly where an uninterrupted run would be; GPT-2 is fine-tuned from a Hugging
+Face checkpoint loaded in part (another vocabulary and context) and written back."""
 
 from __future__ import annotations
 

@@ -73,15 +73,15 @@ def from_hf(
     checked against them, and every missing, unexpected or misshapen tensor is reported at once.
     The logits then equal `transformers.GPT2LMHeadModel`'s. Nothing is ever unpickled.
 
-    For fine-tuning into other dims (another vocabulary, a longer context, a new head), the
-    policies of `sm.load` apply: `like` is the template whose dims and class the model takes,
-    and what matches by name is loaded (see `shapeml.models.load`).
+    For fine-tuning in other dims (another vocabulary, a longer or shorter context, fewer
+    blocks), the policies of `sm.load` apply: `like` is the template whose dims the model
+    takes, and what matches by name is loaded (see `shapeml.models.load`).
 
     Args:
         path: the checkpoint's folder (or a file in it).
         like: a `GPT2` whose dims the model takes (a partial load).
         missing, unexpected, mismatched, seed, report: partial loading, as in `sm.load`
-            (unexpected entries keep their Hugging Face names in the report).
+            (in the report, fields by their shapeml names; entries of no field by their own).
         max_bytes: the most the checkpoint's tensors may hold (default 16 GiB).
         allow_nonfinite: True (or the Hugging Face names) to load NaN/inf values without warning.
 
@@ -93,6 +93,7 @@ def from_hf(
         HFCheckpointError: (E2005) listing every tensor that does not match the config.
         CheckpointError: (E1301) in a partial load, for what the policies leave as errors.
         FileMissingError: (E1304) for a folder without `config.json` or safetensors weights.
+        ModelTooLargeError: (E0906) for a config whose model would hold more than `max_bytes`.
         and the errors of reading a safetensors file (E1302, E1306, E1308).
 
     Example:
