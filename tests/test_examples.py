@@ -75,4 +75,4 @@ def test_gpt2_fine_tunes_from_a_hugging_face_checkpoint_with_partial_loading(tmp
     assert (back.dims.V, back.dims.T) == (256, 32)
     np.testing.assert_array_equal(back.h[0].mlp.up.w, result["model"].h[0].mlp.up.w)
     assert ft.decode(ft.encode("héllo, wörld")) == "héllo, wörld"
-    assert ft.encode(" a!")[0] == 220 and ft.encode("a")[0] == 64  # GPT-2's own byte ids
+    assert list(ft.encode(" a\n")) == [220, 64, 198]  # the ids GPT-2 itself gives these bytes
