@@ -3,7 +3,7 @@
 A subsystem declares its own codes next to the code that raises them, by subclassing
 `ShapemlError` (or `ShapemlWarning`) with `code=`, `title=` and `explanation=`, and is listed in
 `CODE_MODULES`; the registry, filled from that list, is what `shapeml explain CODE` and the error
-index in `docs/errors.md` read.
+index in `docs/errors.md` read. A shapeml error shows with the user's frames only (`_traceback`).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import difflib
 import importlib
 from collections.abc import Iterable
 from typing import ClassVar
+
+from . import _traceback
 
 __all__ = [
     "ArgumentError",
@@ -146,6 +148,18 @@ class ShapemlError(_Coded, Exception):
     code: ClassVar[str] = "E0000"
     title: ClassVar[str] = "shapeml error"
     _kind: ClassVar[str] = "error"
+
+    @property
+    def _render_traceback_(self):
+        """IPython's hook for an exception's own display: the user's frames and the message.
+        Absent with `SHAPEML_TRACEBACK_FILTERING=off`, so IPython shows its full traceback."""
+        if not _traceback.filtering():
+            raise AttributeError("_render_traceback_")
+        return lambda: _traceback.ipython_lines(self)
+
+
+# An uncaught shapeml error in a script prints with the user's frames only (see `_traceback`).
+_traceback.install_excepthook(lambda e: isinstance(e, ShapemlError))
 
 
 class ShapemlWarning(_Coded, UserWarning):

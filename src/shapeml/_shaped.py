@@ -3,6 +3,8 @@
 `def forward(m: Spotter, img: UInt8[Array, "b 1 S S"])` checks `S` against `m.dims.S`; on a method,
 `self`'s dims are bound (`def __call__(self, x: Float[Array, "*b In"])` in a layer). Checks run
 when the function runs in Python: once per trace under `jax.jit`, so never per compiled step.
+An array annotation also takes numpy arrays (and a scalar one Python scalars, `_array_like`); a
+failed check names the argument, its shape and the dims expected (`_shape_report`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from beartype import beartype
 from beartype.roar import BeartypeCallHintViolation, BeartypeException
 from jaxtyping import Shaped, jaxtyped
 
+from ._array_like import widen, widened_function
 from ._errors import ArgumentTypeError, ShapemlError
+from ._shape_report import first_mismatch, return_mismatch, signature_text
+from ._traceback import filtering
 from ._validate import shorten
 from .models import Model
+from .models._checks import dims_str
 
 __all__ = ["ShapeCheckError", "ShapedAnnotationError", "ShapedCallError", "shaped"]
 
@@ -148,13 +154,22 @@ def shaped(fn: F) -> F:
     qual = getattr(fn, "__qualname__", None) or type(fn).__name__
     fn = _without_jaxtyping_hook(fn)
     try:
-        checked = beartype(fn)
+        checked = beartype(fn)  # also resolves string annotations in place
         sig = inspect.signature(fn)
     except (BeartypeException, ValueError, TypeError) as e:
         raise ShapedAnnotationError(
             f"@sm.shaped cannot check `{qual}`: {_first_paragraphs(str(e), 300)}",
             fix="decorate a plain Python function whose annotations are importable types",
         ) from None
+    shown = dict(getattr(fn, "__annotations__", None) or {})
+    shown_sig = signature_text(sig)
+    hints = {k: widen(v) for k, v in shown.items()}
+    returns = hints.pop("return", None)
+    copy = widened_function(fn, hints)
+    if copy is not fn and not isinstance(returns, str):  # the return is checked below, by name
+        checked = beartype(copy)
+    else:  # beartype checks the return itself
+        hints["return"], returns = returns, None
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -163,28 +178,29 @@ def shaped(fn: F) -> F:
             bound = sig.bind(*args, **kwargs).arguments
         except TypeError as e:  # checked before beartype or the function see the call
             raise ShapedCallError(
-                f"`{qual}{sig}` was called with {_call_text(args, kwargs)}: {e}",
-                fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{sig}",
+                f"`{qual}` was called with {_call_text(args, kwargs)}: {e}",
+                fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{shown_sig}",
             ) from None
         models = [v for v in bound.values() if isinstance(v, Model)]
         try:
             with jaxtyped("context"):
-                # Binding must happen in this frame's memo: an isinstance check binds each dim.
-                for stand_in, dims_type in _stand_ins(models):
-                    if not isinstance(stand_in, dims_type):
-                        raise ShapeCheckError(
-                            f"the dims of the model arguments of `{qual}` disagree: "
-                            + "; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models),
-                            fix="pass models whose shared dims are equal",
-                        )
-                return checked(*args, **kwargs)
+                _bind_dims(models, qual)  # in this frame's memo: an isinstance check binds dims
+                out = checked(*args, **kwargs)
+                problem = None if returns is None else return_mismatch(out, returns, shown.get("return"))
+            if problem is not None:
+                raise ShapeCheckError(
+                    f"`{qual}` {problem}", fix="fix the function's body or its return annotation"
+                )
+            return out
         except BeartypeCallHintViolation as e:
+            problem = first_mismatch(sig, bound, hints, shown, lambda: _bind_dims(models, qual))
+            if problem is None:  # a check inside the function, not of its arguments
+                raise
             raise ShapeCheckError(
-                f"`{qual}`: {_first_paragraphs(str(e))}",
-                fix="check the shapes passed in against the annotation (model dims: "
-                + ("; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models) or "none")
-                + ")",
-            ) from e
+                f"`{qual}`: {problem}",
+                fix="pass arrays shaped as the annotation says"
+                + (f" ({_dims_text(models)})" if models else ""),
+            ) from (None if filtering() else e)
         except BeartypeException as e:  # e.g. a string annotation naming no importable type
             raise ShapedAnnotationError(
                 f"`{qual}`: {_first_paragraphs(str(e), 300)}",
@@ -193,6 +209,21 @@ def shaped(fn: F) -> F:
 
     wrapper.__shaped__ = True
     return wrapper  # type: ignore[return-value]
+
+
+def _dims_text(models: list[Model]) -> str:
+    return "; ".join(f"{type(m).__name__} dims: {dims_str(m.dims)}" for m in models)
+
+
+@typing.no_type_check  # jaxtyping's import hook would bind the dims in a memo of its own
+def _bind_dims(models: list[Model], qual: str) -> None:
+    """Binds every model argument's dims in the current jaxtyping memo (E1001 if two disagree)."""
+    for stand_in, dims_type in _stand_ins(models):
+        if not isinstance(stand_in, dims_type):
+            raise ShapeCheckError(
+                f"the dims of the model arguments of `{qual}` disagree: {_dims_text(models)}",
+                fix="pass models whose shared dims are equal",
+            )
 
 
 def _first_paragraphs(msg: str, limit: int = 1200) -> str:
