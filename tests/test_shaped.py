@@ -222,3 +222,23 @@ def test_a_call_that_does_not_fit_the_signature_shows_the_signature_in_dims():
         head(Head.init(seed=0))
     assert "head(m: Head, x: float[b D]) -> float[b C]" in str(e.value)
     assert "jaxtyping" not in str(e.value)
+
+
+def test_a_contract_at_other_dims_resizes_the_model():
+    records = sm.testing.check_contract(head, Head, dims={"D": 5}, sizes={"b": [2]})
+    assert records == [{"sizes": {"b": 2}, "out": (2, 3)}]
+    resized = sm.testing.check_contract(head, Head.init(seed=0), dims={"D": 5, "C": 7})
+    assert [r["out"] for r in resized] == [(1, 7), (3, 7)]
+
+    class Tied(sm.Model):
+        dims = sm.Dims(D=4, H="2 * D")
+        w: Float[Array, "D H"] = sm.param(sm.zeros)
+
+    @sm.shaped
+    def up(m: Tied, x: Float[Array, "b D"]) -> Float[Array, "b H"]:
+        return x @ m.w
+
+    assert sm.testing.check_contract(up, Tied, dims={"D": 3})[0]["out"] == (1, 6)
+    with pytest.raises(AssertionError, match="E1002") as e:
+        sm.testing.check_contract(up, Tied, dims={"H": 5})
+    assert "H = 2 * D = 8" in str(e.value) and "D=4" in str(e.value)

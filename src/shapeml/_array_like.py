@@ -37,7 +37,7 @@ def _widen_array(hint: Any) -> Any:
     if _takes_scalars(hint):
         like += [NumpyScalar, bool, int, float, complex]  # jaxtyping keeps the right kinds
     try:
-        return hint.dtype[Union[tuple(like)], hint.dim_str]
+        return hint.dtype[Union[tuple(like)], hint.dim_str]  # noqa: UP007 - built at run time
     except Exception:  # a dtype family no array-like can have (PRNG keys): as written
         return hint
 
@@ -63,7 +63,7 @@ def widen(hint: Any) -> Any:
     if new == args:
         return hint
     if origin is Union or origin is types.UnionType:
-        return Union[new]
+        return Union[new]  # noqa: UP007 - a tuple of hints built at run time
     if origin is typing.Annotated:
         return typing.Annotated[new]
     if isinstance(hint, types.GenericAlias):  # tuple[...], list[...], dict[...]

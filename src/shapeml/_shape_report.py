@@ -153,9 +153,9 @@ def clash(value: Any, hint: Any) -> str | None:
     single, _ = _bindings()
     for dim, size in _pairs(shape, arrays[0]):
         name = getattr(dim, "name", None)
-        if isinstance(name, str) and name in single and single[name] != size:
-            if not (getattr(dim, "broadcastable", False) and size == 1):
-                return f"dimension {name} is {size}"
+        broadcast = getattr(dim, "broadcastable", False) and size == 1
+        if isinstance(name, str) and name in single and single[name] != size and not broadcast:
+            return f"dimension {name} is {size}"
     return None
 
 

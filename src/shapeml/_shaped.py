@@ -48,8 +48,13 @@ does not match its annotation. The dims of its model arguments (every argument t
 
 `S` must equal `m.dims.S` and `C` must equal `m.dims.C`; `b` is bound by the first argument that
 uses it. A layer's method is checked in the layer's own dims (`Linear.__call__`: `x [*b In]`).
-The message names the argument or return value and the current value of every dim. Two model
-arguments that share a dim name must agree on its value.
+Numpy arrays are checked like jax arrays, and a scalar annotation also takes a Python or numpy
+scalar: only a wrong shape or dtype kind is an error. The message names the argument (or the
+return value), its dtype and shape, and the annotation with the values its dims had:
+
+    x: float32[8 31] where float[b D] with D=32 was expected (dimension D is 31)
+
+Two model arguments that share a dim name must agree on its value.
 """,
 ):
     pass
@@ -186,7 +191,9 @@ def shaped(fn: F) -> F:
             with jaxtyped("context"):
                 _bind_dims(models, qual)  # in this frame's memo: an isinstance check binds dims
                 out = checked(*args, **kwargs)
-                problem = None if returns is None else return_mismatch(out, returns, shown.get("return"))
+                problem = (
+                    None if returns is None else return_mismatch(out, returns, shown.get("return"))
+                )
             if problem is not None:
                 raise ShapeCheckError(
                     f"`{qual}` {problem}", fix="fix the function's body or its return annotation"

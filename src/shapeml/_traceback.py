@@ -87,15 +87,16 @@ def _exception_lines(e: BaseException) -> list[str]:
 
 
 def ipython_lines(e: BaseException) -> list[str]:
-    """What a notebook or IPython shows for shapeml error `e`: its user's frames, a cell named as
-    IPython names it (`Cell In[3], line 2`, never the kernel's temporary file), and the message."""
+    """What a notebook or IPython shows for shapeml error `e`: its user's frames, most recent
+    last, a cell named as IPython names it (`Cell In[3], line 2`, never the kernel's temporary
+    file), and the message."""
     tb = user_traceback(e.__traceback__, extra=("IPython", "ipykernel"))
     try:
         shell = sys.modules["IPython"].get_ipython()
         name_of = shell.compile.format_code_name
     except (KeyError, AttributeError):
         name_of = lambda filename: None  # noqa: E731 - not in IPython: plain file names
-    lines = ["Traceback (most recent call last):"] if tb is not None else []
+    lines = []  # no "Traceback" heading: a cell's error shows under the cell, the frames in order
     for frame in traceback.extract_tb(tb):
         cell = name_of(frame.filename)
         where = f"{cell[0]} {cell[1]}" if cell else f'File "{frame.filename}"'

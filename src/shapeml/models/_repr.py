@@ -45,7 +45,7 @@ def repr_lines(m, indent: str) -> list[str]:
     return lines
 
 
-def _rows(m) -> tuple[list[tuple[str, ...]], list[tuple[str, object]]]:
+def _rows(m) -> tuple[list[tuple], list[tuple[str, object]]]:
     """The model's own tensor rows (kind, name, shape in dims, shape, dtype, size) and its
     sub-models (dotted name, model)."""
     rows, subs = [], []
@@ -71,7 +71,8 @@ def _param_count(m) -> int:
 def repr_html(m) -> str:
     """The model as a notebook shows it: its class, dims and param count, then a table of its
     fields (kind, name, shape in dims, shape in numbers, dtype) and options, and each sub-model
-    folded under its name."""
+    folded under its name. Names are `<samp>`, not `<code>`: the docs site links inline code
+    that names an API object, and a field may be called `norm`."""
     head, body = _html_parts(m)
     return f'<div class="shapeml-model"><p>{head}</p>{body}</div>'
 
@@ -84,7 +85,7 @@ def _html_parts(m) -> tuple[str, str]:
     )
     rows, subs = _rows(m)
     cells = [
-        f"<tr><td>{esc(kind)}</td><td><code>{esc(field)}</code></td><td>[{esc(dims)}]</td>"
+        f"<tr><td>{esc(kind)}</td><td><samp>{esc(field)}</samp></td><td>[{esc(dims)}]</td>"
         f"<td>[{esc(shape)}]</td><td>{esc(dtype)}</td></tr>"
         for kind, field, dims, shape, dtype, _ in rows
     ]
@@ -92,7 +93,7 @@ def _html_parts(m) -> tuple[str, str]:
         text = repr(m.__dict__.get(static))
         text = text if len(text) <= 60 else text[:57] + "..."
         cells.append(
-            f"<tr><td>static</td><td><code>{esc(static)}</code></td>"
+            f"<tr><td>static</td><td><samp>{esc(static)}</samp></td>"
             f'<td colspan="3">{esc(text)}</td></tr>'
         )
     body = ""
@@ -104,7 +105,7 @@ def _html_parts(m) -> tuple[str, str]:
     for name, child in subs:
         sub_head, sub_body = _html_parts(child)
         body += (
-            f"<details><summary><code>{esc(name)}</code>: {sub_head}</summary>"
+            f"<details><summary><samp>{esc(name)}</samp>: {sub_head}</summary>"
             f'<div style="margin-left: 1.5em">{sub_body}</div></details>'
         )
     return head, body
