@@ -22,6 +22,7 @@ __all__ = [
     "describe",
     "expected",
     "first_mismatch",
+    "named_in_violation",
     "return_mismatch",
     "signature_text",
 ]
@@ -210,3 +211,15 @@ def return_mismatch(value: Any, hint: Any, shown: Any) -> str | None:
     return f"returned {describe(value)} where {expected(shown)} was expected" + (
         f" ({why})" if why else ""
     )
+
+
+def named_in_violation(text: str, fn: Any, bound: dict, shown: dict) -> str | None:
+    """When `first_mismatch` cannot tell (an annotation it cannot check alone), the argument of
+    `fn` that beartype's message `text` names, as `x: float32[3] where float[b] was expected`;
+    None when the message is about another function (a check inside `fn`)."""
+    qual = re.escape(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__qualname__', '')}()")
+    m = re.search(rf"{qual} parameter (\w+)=", text)
+    if m is None or m.group(1) not in bound:
+        return None
+    name = m.group(1)
+    return f"{name}: {describe(bound[name])} where {annotation(shown.get(name))} was expected"

@@ -22,7 +22,7 @@ from jaxtyping import Shaped, jaxtyped
 
 from ._array_like import widen, widened_function
 from ._errors import ArgumentTypeError, ShapemlError
-from ._shape_report import first_mismatch, return_mismatch, signature_text
+from ._shape_report import first_mismatch, named_in_violation, return_mismatch, signature_text
 from ._traceback import filtering
 from ._validate import shorten
 from .models import Model
@@ -132,7 +132,9 @@ def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
 
     The dims of every argument that is an `sm.Model` (annotated or not, `self` of a method
-    included) are bound before the arguments are checked. Under `jax.jit` the check runs while
+    included) are bound before the arguments are checked. An array annotation also takes a numpy
+    array, and a scalar one (`Float[Array, ""]`) a Python or numpy scalar of its kind, passed on
+    as given: only a wrong shape or dtype kind is an error. Under `jax.jit` the check runs while
     tracing only, so compiled calls cost nothing extra.
 
     Example:
@@ -146,7 +148,8 @@ def shaped(fn: F) -> F:
         ...         return x * self.w
 
     Raises:
-        ShapeCheckError: (E1001) naming the argument and the dims' current values.
+        ShapeCheckError: (E1001) naming the argument, its dtype and shape, and the annotation
+            with its dims' values (`x: float32[8 31] where float[b D] with D=32 was expected`).
         ShapedCallError: (E1003) for a call its signature does not take (checked first).
         ShapedAnnotationError: (E1004) for annotations that cannot be checked.
         ArgumentTypeError: (E0003) when `fn` is not callable.
@@ -201,6 +204,7 @@ def shaped(fn: F) -> F:
             return out
         except BeartypeCallHintViolation as e:
             problem = first_mismatch(sig, bound, hints, shown, lambda: _bind_dims(models, qual))
+            problem = problem or named_in_violation(str(e), fn, bound, shown)
             if problem is None:  # a check inside the function, not of its arguments
                 raise
             raise ShapeCheckError(
