@@ -172,12 +172,14 @@ def shaped(fn: F) -> F:
     shown = dict(getattr(fn, "__annotations__", None) or {})
     shown_sig = signature_text(sig)
     hints = {k: widen(v) for k, v in shown.items()}
-    returns = hints.pop("return", None)
-    copy = widened_function(fn, hints)
-    if copy is not fn and not isinstance(returns, str):  # the return is checked below, by name
+    returns = hints.get("return")
+    if returns is not None and not isinstance(returns, str):  # checked below, to name it
+        del hints["return"]
+    copy = widened_function(fn, dict(hints))
+    if copy is not fn:
         checked = beartype(copy)
-    else:  # beartype checks the return itself
-        hints["return"], returns = returns, None
+    if copy is fn or "return" in hints:  # beartype checks the return (an unresolved name)
+        returns = None
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):

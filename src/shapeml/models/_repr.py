@@ -101,7 +101,11 @@ def _html_parts(m) -> tuple[str, str]:
         header = "".join(
             f"<th>{h}</th>" for h in ("kind", "field", "shape in dims", "shape", "dtype")
         )
-        body = f"<table><thead><tr>{header}</tr></thead><tbody>{''.join(cells)}</tbody></table>"
+        # a class of its own: no page theme styles it as prose (the docs theme pads such tables)
+        body = (
+            f'<table class="shapeml-fields"><thead><tr>{header}</tr></thead>'
+            f"<tbody>{''.join(cells)}</tbody></table>"
+        )
     for name, child in subs:
         sub_head, sub_body = _html_parts(child)
         body += (
