@@ -21,6 +21,7 @@ from ._mapped import child_dims
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_PARTS", "ModelTooLargeError", "check_size", "max_bytes_of"]
 
 DEFAULT_MAX_BYTES = 16 * 2**30
+"""The most a model or file may hold unless `max_bytes=` says otherwise: 16 GiB."""
 # Each tensor and sub-model is a Python object built one by one; more than this is a typo'd count
 # (`L=10**9`), not a model.
 MAX_PARTS = 2**17
