@@ -74,6 +74,7 @@ CODE_MODULES = (
     "shapeml.zoo.transformer",
     "shapeml.zoo._errors",
     "shapeml.sharding._errors",
+    "shapeml.distributed._errors",
     "shapeml.nn._errors",
     "shapeml.apps._flags",
 )
