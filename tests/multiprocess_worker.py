@@ -1,13 +1,14 @@
 """One process of the jobs tests/test_multiprocess.py runs (under `shapeml launch`, or alone).
 
-    python multiprocess_worker.py MODE OUT_DIR
+    python multiprocess_worker.py MODE OUT_DIR [JOB_DIR]
 
-Modes: `train` (the four training runs this job's process layout is given, plus, in a single
-process, the one-device references; in the 2-process job also a sharded checkpoint of one run and
-the errors that need several processes), `restore` (that checkpoint onto another process count,
-table and mesh kind), `kill` (an uninterrupted reference, then a run whose process 1 dies after
-its step-4 checkpoint), `resume` (the same run, resumed). Process 0 writes `OUT_DIR/MODE.json`
-and `OUT_DIR/MODE.npz`; every array is gathered from all processes first.
+Modes: `train` (the training runs this job's process layout is given; in the 2-process job also a
+sharded checkpoint of its Spotter run and the errors that need several processes; in a single
+process also the one-device references and, from the 2-process job's JOB_DIR, its checkpoint
+restored onto another table, mesh kind and process count), `kill` (the 2-process Spotter run
+again, with checkpoints, whose process 1 dies once checkpoint 4 is complete), `resume` (the same
+command again). Process 0 writes `OUT_DIR/MODE.json` and `OUT_DIR/MODE.npz`; every array is
+gathered from all processes first.
 """
 
 from __future__ import annotations
@@ -79,26 +80,29 @@ MODELS = {
     "spotter": (spotter.Spotter, 1, spotter.loss, (IMG, LABELS)),
     "tiny": (Tiny, 2, tiny_loss, (TOKENS,)),
 }
-MESHES = {"fsdp": "data=4", "tp": "data=2,model=2"}
+MESHES = {"fsdp": "data=4", "2d": "data=2,model=2"}
 
 
 def tables(model: str) -> dict:
+    """FSDP over `data` and tensor parallelism over `model`, in one table on a 2 x 2 mesh (and
+    FSDP alone on 4 devices, the table a checkpoint is restored onto)."""
     if model == "spotter":
-        return {"fsdp": {"D": "data", "Dt": "data"}, "tp": {"Dt": "model", "Dc": "model"}}
+        return {
+            "fsdp": {"D": "data", "Dt": "data"},
+            "2d": {"D": "data", "Dt": "model", "Dc": "model"},
+        }
     m = filled(Tiny, 2)
     # The MLP's hidden width F reaches `up.w` and `down.w` through their dim mappings where the
     # rules do (rules by the names the user wrote); else the layers' own `Out` is ruled.
     reaches = any(any(s) for s in jax.tree.leaves(sh.partition_specs(m, {"F": "model"})))
-    return {"fsdp": {"D": "data"}, "tp": {"F": "model"} if reaches else {"Out": "model"}}
+    return {"fsdp": {"D": "data"}, "2d": {"D": "data", "F" if reaches else "Out": "model"}}
 
 
-# (model, table, mesh kind): what each process layout runs; together every combination once
+# (model, table, mesh kind): what each process layout runs; together both models on both kinds
 RUNS = {
-    "2x2": [("spotter", "fsdp", "auto"), ("spotter", "tp", "explicit"),
-            ("tiny", "fsdp", "explicit"), ("tiny", "tp", "auto")],
-    "1x4": [("spotter", "fsdp", "explicit"), ("spotter", "tp", "auto"),
-            ("tiny", "fsdp", "auto"), ("tiny", "tp", "explicit")],
-}  # fmt: skip
+    "2x2": [("spotter", "2d", "auto"), ("tiny", "2d", "explicit")],
+    "1x4": [("spotter", "2d", "explicit"), ("tiny", "2d", "auto")],
+}
 
 
 def gathered(tree) -> dict[str, np.ndarray]:
@@ -141,7 +145,8 @@ def run(model: str, table: str | None, kind: str, **kw):
             for p, a in jax.tree_util.tree_leaves_with_path(r.model)
         }
         out["layout"] = all(placed[k].sharding.spec == specs[k] for k in specs)
-        out["split"] = sum(not a.sharding.is_fully_replicated for a in placed.values())
+        out["specs"] = [[a for s in spec for a in ((s,) if isinstance(s, str) else s or ())]
+                        for spec in specs.values()]  # fmt: skip
         out["kinds"] = sorted({t.name for a in placed.values() for t in a.sharding.mesh.axis_types})
         out["rules"] = rules
     return r, out
@@ -175,7 +180,7 @@ def mode_train() -> None:
         name = f"{model}/{table}/{kind}"
         results[name] = res
         arrays.update({f"{name}/{k}": v for k, v in gathered(r.model).items()})
-        if MULTI and (model, table) == ("spotter", "tp"):  # saved by 2 processes
+        if MULTI and model == "spotter":  # saved by 2 processes
             with distributed.CheckpointManager(OUT / "ckpt", keep=2) as ckpt:
                 ckpt.save(6, r.model, r.opt)
             arrays.update({f"saved/{k}": v for k, v in gathered((r.model, r.opt)).items()})
@@ -192,50 +197,50 @@ def mode_train() -> None:
             "restore_without_mesh": code(
                 lambda: distributed.CheckpointManager(OUT / "ckpt").restore(spotter.Spotter)),
         }  # fmt: skip
+    else:
+        results["restore"] = restore(Path(sys.argv[3]))
     write("train", results, arrays)
 
 
-def mode_restore() -> None:
-    """The 2-process checkpoint (saved under the tensor-parallel table, Explicit axes), read by
-    one process: onto the FSDP table (Auto axes), and onto one device."""
-    saved = dict(np.load(OUT / "train.npz"))
+def restore(job: Path) -> dict:
+    """The 2-process job's checkpoint (its Spotter run: the 2-d table, Auto axes), read by one
+    process onto the FSDP table on Explicit axes, and onto one device; then `sm.shard`, `sm.save`
+    and `sharding.load` on that Explicit mesh."""
+    saved = dict(np.load(job / "train.npz"))
     saved = {k[len("saved/") :]: v for k, v in saved.items() if k.startswith("saved/")}
-    ckpt = distributed.CheckpointManager(OUT / "ckpt")
-    mesh = sh.make_mesh("data=4")
+    ckpt = distributed.CheckpointManager(job / "ckpt")
+    mesh = sh.make_mesh("data=4", axis_types="explicit")
     rules = tables("spotter")["fsdp"]
     m, opt = ckpt.restore_training(spotter.Spotter, mesh=mesh, rules=rules)
     back = gathered((m, opt))
     one = gathered(ckpt.restore(spotter.Spotter))
-    specs = sh.partition_specs(m, rules)
+    specs = jax.tree.leaves(sh.partition_specs(m, rules))
     results = {
         "steps": ckpt.steps(),
         "bit_for_bit": sorted(back) == sorted(saved)
         and all(np.array_equal(back[k], saved[k]) for k in saved),
         "one_device": all(np.array_equal(v, saved[f"0.{k}"]) for k, v in one.items()),
-        "layout": all(
-            a.sharding.spec == s for a, s in zip(jax.tree.leaves(m), jax.tree.leaves(specs))
-        ),
+        "layout": all(a.sharding.spec == s for a, s in zip(jax.tree.leaves(m), specs)),
+        "kinds": sorted({t.name for a in jax.tree.leaves(m) for t in a.sharding.mesh.axis_types}),
         "opt_step": int(opt.step),
     }
-    # sm.shard, sm.save and sharding.load on an Explicit mesh
     explicit = sh.make_mesh("data=2,model=2", axis_types="explicit")
-    tp = tables("spotter")["tp"]
-    placed = sm.shard(m, explicit, tp)
+    table = tables("spotter")["2d"]
     path = OUT / "m.safetensors"
-    sm.save(path, placed)
-    loaded = sh.load(path, spotter.Spotter, mesh=explicit, rules=tp)
-    results["explicit"] = {
-        "types": sorted({t.name for a in jax.tree.leaves(loaded) for t in a.sharding.mesh.axis_types}),
+    sm.save(path, sm.shard(m, explicit, table))
+    loaded = sh.load(path, spotter.Spotter, mesh=explicit, rules=table)
+    results["load"] = {
+        "kinds": sorted({t.name for a in jax.tree.leaves(loaded) for t in a.sharding.mesh.axis_types}),
         "layout": all(
             a.sharding.spec == s
-            for a, s in zip(jax.tree.leaves(loaded), jax.tree.leaves(sh.partition_specs(m, tp)))
+            for a, s in zip(jax.tree.leaves(loaded), jax.tree.leaves(sh.partition_specs(m, table)))
         ),
         "values": all(
             np.array_equal(np.asarray(a), np.asarray(b))
             for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(m))
         ),
     }  # fmt: skip
-    write("restore", results, {})
+    return results
 
 
 def killing(data, ckpt):
@@ -250,16 +255,13 @@ def killing(data, ckpt):
 
 
 def mode_kill_or_resume() -> None:
-    arrays = {}
-    if MODE == "kill":
-        r, res = run("spotter", "fsdp", "auto")  # uninterrupted, for the resumed run to match
-        arrays = {f"ref/{k}": v for k, v in gathered(r.model).items()}
-        write("kill", res, arrays)
+    """The 2-process Spotter run of `train`, checkpointed every 2 steps (`kill`: process 1 dies
+    once checkpoint 4 is complete; `resume`: the same, resumed from the last complete one)."""
     ckpt = distributed.CheckpointManager(OUT / "ckpt_kill", keep=2)
-    mesh = sh.make_mesh(MESHES["fsdp"])
+    mesh = sh.make_mesh(MESHES["2d"])
     data = batches(IMG, LABELS, batch_size=16, seed=3, part=sh.batch_part(mesh), epochs=None)
     try:
-        r, res = run("spotter", "fsdp", "auto", data=killing(data, ckpt), checkpoint=ckpt,
+        r, res = run("spotter", "2d", "auto", data=killing(data, ckpt), checkpoint=ckpt,
                      checkpoint_every=2, resume=True)  # fmt: skip
     except sm.ShapemlError as e:
         (OUT / f"{MODE}_error_{INFO.index}.txt").write_text(f"{e.code}\n{e}")
@@ -269,4 +271,4 @@ def mode_kill_or_resume() -> None:
 
 
 if __name__ == "__main__":
-    {"train": mode_train, "restore": mode_restore}.get(MODE, mode_kill_or_resume)()
+    mode_train() if MODE == "train" else mode_kill_or_resume()

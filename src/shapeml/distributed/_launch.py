@@ -110,6 +110,7 @@ def launch(
     grace: float = 30.0,
     timeout: float | None = None,
     out: Any = None,
+    env: Mapping[str, str] | None = None,
 ) -> int:
     """Runs `command` as `processes` local processes of one job; returns 0 when all succeed.
 
@@ -123,7 +124,9 @@ def launch(
         grace: seconds the others get to stop on their own after one fails, before being killed.
         timeout: seconds the whole job may run (default: no limit); past it every process is
             killed.
-        out: where the tagged output lines go (default `sys.stdout`).
+        out: where the tagged output lines go (a text stream; default `sys.stdout`).
+        env: the environment the processes start from (default `os.environ`); the job's
+            settings are added to it.
 
     Returns:
         0 when every process exits with 0.
@@ -152,10 +155,12 @@ def launch(
     readers: list[threading.Thread] = []
     try:
         for i in range(processes):
-            env = process_env(i, processes, port, devices_per_process, os.environ)
+            settings = process_env(
+                i, processes, port, devices_per_process, os.environ if env is None else env
+            )
             p = subprocess.Popen(
                 command,
-                env=env,
+                env=settings,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets the death signal

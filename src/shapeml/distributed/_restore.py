@@ -11,7 +11,7 @@ mesh asked for, which need not be the one the checkpoint was saved from.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jax
 from jax.sharding import Mesh, SingleDeviceSharding
@@ -28,9 +28,6 @@ from ..optim._config import rebuild
 from ..optim._errors import OptionConflictError
 from ..optim._optimizer import OPTIONS
 from ..sharding._rules import rules_table
-
-if TYPE_CHECKING:
-    from ._checkpoints import CheckpointManager
 
 __all__ = ["restore_entries"]
 
@@ -78,7 +75,7 @@ def _metadata(raw: Any, source: str) -> dict[str, str]:
 
 
 def restore_entries(
-    mgr: CheckpointManager,
+    mgr: Any,  # the CheckpointManager restoring
     cls: type[Model] | None,
     like: Model | None,
     like_opt: Any,
