@@ -79,6 +79,7 @@ CODE_MODULES = (
     "shapeml.zoo._errors",
     "shapeml.zoo.gpt2._errors",
     "shapeml.sharding._errors",
+    "shapeml.distributed._errors",
     "shapeml.nn._errors",
     "shapeml.apps._flags",
 )

@@ -21,6 +21,7 @@ from .._errors import ArgumentError
 from .._grad import value_and_grad
 from .._shell import CarryChangedError, Shell
 from .._validate import instance
+from ..distributed._faults import peers_watched
 from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
@@ -75,7 +76,9 @@ class TrainStep:
     With `mesh`, each batch is split over its `data_axis` and the params and optimizer state are
     placed by `rules` (dim name -> mesh axis, as for `sm.shard`; none given: replicated), so one
     rule table is data parallelism, FSDP or tensor parallelism. The layout never changes between
-    steps: one compile.
+    steps: one compile. The mesh's axes may be Auto or Explicit (`jax.make_mesh`'s default): the
+    loss is traced for Auto axes either way, and the model keeps its shardings' types. In a job
+    of several processes each process passes its own part of each batch (see `__call__`).
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
@@ -127,10 +130,18 @@ class TrainStep:
         self._shell = Shell(step, None, (model, opt), name="TrainStep")
 
     def __call__(self, *batch):
-        """Runs one step on a batch; returns the loss (and aux) before the step, on device."""
+        """Runs one step on a batch; returns the loss (and aux) before the step, on device.
+
+        With a mesh, in a job of several processes, each process passes only its part of the
+        global batch (`sharding.batch_part(mesh)`: the rows its devices hold) and the global batch
+        is assembled from the parts (`jax.make_array_from_process_local_data`); in one process
+        the part is the whole batch.
+        """
         if self._placement is not None:  # E1903 for a batch the data axis does not divide
-            batch = sharding.place_batch(tuple(np.asarray(b) for b in batch), *self._placement)
-        return self._shell(*batch)
+            batch = tuple(b if isinstance(b, jax.Array) else np.asarray(b) for b in batch)
+            batch = sharding.place_local_batch(batch, *self._placement)
+        with peers_watched("a TrainStep call"):  # E2203 when another process has stopped
+            return self._shell(*batch)
 
     @property
     def model(self) -> Model:
