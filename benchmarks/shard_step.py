@@ -1,4 +1,5 @@
-"""Per-device bytes of params + optimizer state, and step time, for each rule table vs replicated.
+"""Per-device bytes of params + optimizer state, and step time, for each rule table vs replicated;
+then the same per process in a job of 2 processes x 2 devices, and the checkpoint bytes each writes.
 
 Runs on 4 forced host CPU devices (set here, before JAX starts, unless XLA_FLAGS is already set).
 For each table the bytes are counted from the placed arrays (each device's shards), checked
@@ -7,12 +8,23 @@ every field over an axis of size n should hold 1/n (plus the replicated step cou
 on forced host devices are reported, with no budget: CPU "devices" share the same cores, so
 splitting buys no speed here, only memory.
 
+The multi-process part launches this script again as 2 processes of 2 forced CPU devices each
+(`distributed.launch`, gloo collectives): each process places the Spotter and its AdamW state on
+a `data=4` mesh replicated and by the FSDP table, counts the bytes its own devices hold, and
+writes the FSDP state as a sharded checkpoint (`distributed.CheckpointManager`, orbax), whose
+bytes per process are read from each process's own files. Its last line is the per-process
+ratio, FSDP over replicated (budget 1/4 + 5%).
+
     python benchmarks/shard_step.py
 """
 
 from __future__ import annotations
 
+import json
 import os
+import sys
+import tempfile
+from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
@@ -22,7 +34,7 @@ import numpy as np  # noqa: E402
 from _timing import interleaved  # noqa: E402
 
 import shapeml as sm  # noqa: E402
-from shapeml import optim  # noqa: E402
+from shapeml import distributed, optim  # noqa: E402
 from shapeml import sharding as sh  # noqa: E402
 from shapeml.zoo import spotter, transformer  # noqa: E402
 
@@ -118,7 +130,63 @@ def main() -> None:
                 f"{t[table] / t['replicated']:.2f}x replicated (forced host devices, no budget)"
             )
     print(f"shard_memory_ratio: ratio={max(fsdp):.3f} (budget {1 / 4 + 0.05:.3f})")
+    multiprocess()
+
+
+def _process_bytes(tree) -> int:
+    """Bytes this process's devices hold of the tree's arrays."""
+    return sum(s.data.nbytes for a in jax.tree.leaves(tree) for s in a.addressable_shards)
+
+
+def _dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def process_worker(out: Path) -> None:
+    """One process of the 2 x 2 job: its bytes per table, and the checkpoint files it writes."""
+    info = distributed.initialize()
+    m = spotter.Spotter.init(seed=0, D=128, Dt=256, Dc=512)
+    opt = optim.adamw(m, lr=1e-3)
+    mesh = sh.make_mesh("data=4")
+    result = {"process": info.index}
+    for table, rules in (("replicated", {}), ("fsdp", {"D": "data", "Dt": "data"})):
+        s = sh.step_shardings(m, opt, mesh, rules)
+        placed = (sh.shard(m, mesh, rules), jax.device_put(opt, s.opt))
+        result[table] = _process_bytes(placed)
+        if table == "fsdp":
+            with distributed.CheckpointManager(out / "ckpt") as ckpt:
+                ckpt.save(1, *placed)
+    arrays = out / "ckpt" / "1" / "arrays"
+    result["checkpoint"] = _dir_bytes(arrays / f"ocdbt.process_{info.index}")
+    result["state"] = sum(a.nbytes for a in jax.tree.leaves((m, opt)))
+    (out / f"process_{info.index}.json").write_text(json.dumps(result))
+
+
+def multiprocess() -> None:
+    """Launches the 2 x 2 job and prints what each process held and wrote."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp)
+        distributed.launch(
+            [sys.executable, __file__, "--process-worker", str(out)],
+            processes=2,
+            devices_per_process=2,
+            timeout=600,
+            out=sys.stderr,  # their own lines, tagged [i]: what went wrong if one fails
+        )
+        rows = [json.loads((out / f"process_{i}.json").read_text()) for i in range(2)]
+    ratios = [r["fsdp"] / r["replicated"] for r in rows]
+    for r, ratio in zip(rows, ratios):
+        print(
+            f"2 processes x 2 devices, process {r['process']}: {r['fsdp']:,} bytes of params + "
+            f"adamw state under fsdp = {ratio:.3f} of replicated ({r['replicated']:,}); its "
+            f"checkpoint files: {r['checkpoint']:,} bytes = {r['checkpoint'] / r['state']:.3f} "
+            f"of the whole state ({r['state']:,})"
+        )
+    print(f"multiprocess_memory_ratio: ratio={max(ratios):.3f} (budget {1 / 4 + 0.05:.2f})")
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["--process-worker"]:
+        process_worker(Path(sys.argv[2]))
+    else:
+        main()

@@ -19,6 +19,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 import shapeml as sm
 from shapeml import nn, optim
+from shapeml.training import TrainStep
 
 
 class DigitsCNN(sm.Model):
@@ -47,17 +48,11 @@ def forward(
 
 
 def loss(m: DigitsCNN, x, y: Int[Array, " b"], key):
+    """The cross-entropy, and the model with BatchNorm's new running statistics: `TrainStep`
+    carries that model's buffers, while the optimizer updates only the params."""
     logits, new = forward(m, x, train=True, key=key)
     logp = jax.nn.log_softmax(logits, axis=-1)
     return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=1)), new
-
-
-@jax.jit
-def train_step(m, opt, x, y, key):
-    """One AdamW step; BatchNorm's buffers come from the forward, never from the optimizer."""
-    (value, new), g = sm.value_and_grad(loss, m, x, y, key, has_aux=True)
-    m, opt = optim.update(m, opt, g)
-    return nn.take_buffers(m, new), opt, value
 
 
 @jax.jit
@@ -120,6 +115,7 @@ def main(argv: list[str] | None = None) -> dict:
     opt = optim.adamw(
         m, lr=schedule, weight_decay=1e-4, transforms=[optim.clip_norm(1.0)], skip_nonfinite=False
     )
+    step = TrainStep(loss, m, opt, has_aux=True)  # one compiled step, its carry donated
     rng = np.random.default_rng(args.seed)
     key = jax.random.key(args.seed)
     for epoch in range(args.epochs):
@@ -127,9 +123,10 @@ def main(argv: list[str] | None = None) -> dict:
         for i in range(steps_per_epoch):
             idx = order[i * args.batch_size : (i + 1) * args.batch_size]
             step_key = jax.random.fold_in(key, epoch * steps_per_epoch + i)
-            m, opt, value = train_step(m, opt, x_train[idx], y_train[idx], step_key)
+            value = step(x_train[idx], y_train[idx], step_key)
         if epoch % 10 == 9 or epoch == args.epochs - 1:
             print(f"epoch {epoch + 1:3d}: train loss {float(value):.4f}")
+    m = step.model
     pred = np.asarray(predict(m, x_test))
     accuracy = float(np.mean(pred == y_test))
     c = confusion(pred, y_test)

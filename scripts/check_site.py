@@ -264,8 +264,8 @@ def tutorial_error_cells(site: Path, max_lines: int = ERROR_CELL_LINES) -> list[
     """Each executed tutorial's error cells (tagged `raises-exception`): what they show on stderr
     is at most `max_lines` lines and names no path of the build machine.
 
-    Not run by the test suite yet (the tracebacks are long until the error display is short):
-    `--error-cells` runs it on a site built with the tutorials executed.
+    tests/test_site.py runs it on the test build (one tutorial executed), tests/test_tutorials.py
+    on every tutorial's run; `--error-cells` runs it on a site built with the tutorials executed.
     """
     problems = []
     for page in sorted((site / "tutorials").glob("*/index.html")):

@@ -125,6 +125,8 @@ THEMES = {
     "shapeml.models._initializers": "Initializers",
     "shapeml.models._introspect": "Introspection",
     "shapeml.models._checkpoint": "Saving and loading",
+    "shapeml.models._load": "Saving and loading",
+    "shapeml.models._partial": "Saving and loading",
     "shapeml.sharding._load": "Saving and loading",
     "shapeml._grad": "Gradients",
     "shapeml._shaped": "Shape checks",

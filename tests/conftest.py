@@ -21,6 +21,7 @@ def key():
 # that under `-n 2` the many quick tests fill in around them instead of leaving one worker idle
 # at the end of the run.
 _SLOW_FIRST = (
+    "test_multiprocess.py",
     "test_tutorials.py",
     "test_sharding.py",
     "test_int8_tp.py",

@@ -39,6 +39,7 @@ GUIDE_PAGES = [
     "state.md",
     "hoisting.md",
     "int8.md",
+    "gpt2.md",
     "testing.md",
     "errors.md",
 ]

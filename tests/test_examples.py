@@ -1,6 +1,7 @@
 """The example scripts on real data, in their quick forms: the digits CNN trains and plots its
 confusion matrix; the char-level GPT trains, samples with the KV-cache decode, and resumes from
-its checkpoint exactly where an uninterrupted run would be."""
+its checkpoint exactly where an uninterrupted run would be; GPT-2 is fine-tuned from a Hugging
+Face checkpoint loaded in part (another vocabulary and context) and written back."""
 
 from __future__ import annotations
 
@@ -53,3 +54,25 @@ def test_char_gpt_trains_samples_and_resumes_exactly(tmp_path):
     )
     for name, value in sm.params(whole["model"]).items():
         np.testing.assert_allclose(sm.params(resumed["model"])[name], value, rtol=1e-5, atol=1e-6)
+
+
+def test_gpt2_fine_tunes_from_a_hugging_face_checkpoint_with_partial_loading(tmp_path):
+    ft = _example("gpt2_finetune")
+    from shapeml.zoo import gpt2
+
+    pretrained = gpt2.to_hf(gpt2.GPT2.init(seed=1, D=32, H=2, L=1), tmp_path / "pretrained")
+    out = tmp_path / "finetuned"
+    args = ["--pretrained", str(pretrained), "--steps", "4", "--ctx", "32", "--batch-size", "4"]
+    args += ["--lr", "3e-3", "--eval-batches", "2", "--sample", "8", "--no-progress"]
+    result = ft.main([*args, "--out", str(out)])
+    report = result["report"]
+    assert sorted(report.overlapped) == ["wpe.w", "wte.w"] and not report.missing
+    assert "`wte.w`: file [50257 32], model [256 32]: loaded the file's [:256, :32]" in str(report)
+    assert [s for s, _ in result["history"]] == [0, 1, 2, 3]
+    assert result["val_after"] < result["val_before"]
+    assert result["sample"].startswith("The ")
+    back = gpt2.from_hf(out)
+    assert (back.dims.V, back.dims.T) == (256, 32)
+    np.testing.assert_array_equal(back.h[0].mlp.up.w, result["model"].h[0].mlp.up.w)
+    assert ft.decode(ft.encode("héllo, wörld")) == "héllo, wörld"
+    assert list(ft.encode(" a\n")) == [220, 64, 198]  # the ids GPT-2 itself gives these bytes

@@ -345,3 +345,18 @@ def test_a_template_with_other_options_of_the_same_structure_is_refused(tmp_path
     with pytest.raises(sm.ShapemlError, match=r"E1207[\s\S]*accumulate=2[\s\S]*accumulate=4"):
         sm.load_checkpoint(path, Net, like=optim.adamw(m, lr=0.1, accumulate=4, ema=0.5))
     sm.load_checkpoint(path, Net, like=optim.adamw(m, lr=0.1, accumulate=2, ema=0.9))
+
+
+def test_resuming_into_a_template_of_other_dims_names_the_dims_first(tmp_path):
+    wide = Net.init(seed=0, H=16)
+    path = sm.save_checkpoint(tmp_path / "h16.safetensors", wide, optim.adamw(wide, lr=0.1))
+    with pytest.raises(ValueError, match="E1303") as e:
+        sm.load_checkpoint(path, Net, like=optim.adamw(Net.init(seed=0), lr=0.1))
+    first = str(e.value).splitlines()[0]
+    assert first.endswith("given as like= (H: file 16, model 8): 4 entries of its state differ:")
+    assert "Net.init(seed=0, H=16)" in str(e.value) and len(str(e.value).splitlines()) <= 8
+    m, opt = sm.load_checkpoint(path, Net, like=optim.adamw(Net.init(seed=1, H=16), lr=0.1))
+    assert m.dims.H == 16 and opt.shapes == optim.adamw(m, lr=0.1).shapes
+    # shapes that no dims explain (another optimizer's state) keep the entry-by-entry report
+    with pytest.raises(ValueError, match="E1301"):
+        sm.load_checkpoint(path, Net, like=optim.adamw(wide, lr=0.1, accumulate=2))

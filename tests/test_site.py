@@ -1,6 +1,7 @@
 """The documentation site: `mkdocs build --strict` passes, every page the site promises is there and
 every link in it resolves, the site links itself together (API names and error codes are links,
-every public object is documented), no page shows a path of the build machine, and the pages work
+every public object is documented), no page shows a path of the build machine, a tutorial's error
+cell shows at most 8 lines, and the pages work
 in a real browser (headless Chromium): no code block wider than its column at 1280 px, and search
 ranks the guide and the API first.
 
@@ -258,9 +259,19 @@ def test_the_html_checks_catch_unlinked_names_and_codes_paths_and_undocumented_o
     assert "lists no page" in site_checks.sitemap(tmp_path)[0]
 
 
+def test_the_executed_tutorials_error_cells_are_short_and_show_no_path(site):
+    """The error cells of the tutorial the test build executes, as the site shows them: at most
+    `check_site.ERROR_CELL_LINES` lines each, no path of the build machine. (Every tutorial's
+    error cells get the same check on the runs of tests/test_tutorials.py, rendered the same way,
+    so the notebooks run once.)"""
+    page = (site / "tutorials" / EXECUTED / "index.html").read_text(encoding="utf-8")
+    assert "celltag_raises-exception" in page and "application/vnd.jupyter.stderr" in page
+    problems = check_site.tutorial_error_cells(site)
+    assert not problems, "\n".join(problems)
+
+
 def test_the_error_cell_check_catches_a_long_traceback_and_a_path(tmp_path):
-    """`check_site.tutorial_error_cells`, on a made-up page (the real tutorials' error cells are
-    not checked by the suite yet)."""
+    """`check_site.tutorial_error_cells`, on a made-up page."""
     cell = (
         '<div class="jp-Cell jp-CodeCell jp-Notebook-cell celltag_raises-exception" id="c">'
         '<div class="jp-InputPrompt jp-InputArea-prompt">In&nbsp;[3]:</div>'

@@ -3,7 +3,10 @@
 A cell that demonstrates an error carries the `raises-exception` cell tag and a first line
 `# expect: E0901`; the run fails if that cell raises nothing or an error with another code. A cell
 whose first line is `# expect: W1101` (a warning) must run without error and print that code on
-stderr. Notebooks are stored with their outputs cleared, so diffs stay readable.
+stderr. Notebooks are stored with their outputs cleared, so diffs stay readable. The error cells'
+outputs of each run are rendered as the documentation site renders them and checked by the site's
+check (`scripts/check_site.py`: at most 8 lines, no path of the build machine), so every
+tutorial's error display is checked without running the notebooks a second time.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
-TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
+ROOT = Path(__file__).resolve().parent.parent
+TUTORIALS = ROOT / "tutorials"
 NOTEBOOKS = sorted(TUTORIALS.glob("*.ipynb"))
 SOLUTIONS = sorted((TUTORIALS / "solutions").glob("*.py"))
 EXPECT = re.compile(r"^\s*#\s*expect:\s*([EW]\d{4})\b")
@@ -113,10 +117,32 @@ def _execute(nb, cwd: Path) -> list[str]:
     return problems
 
 
+def _error_cell_problems(nb, name: str, out: Path) -> list[str]:
+    """`check_site.tutorial_error_cells` on executed notebook `nb`'s error cells, rendered as the
+    site renders them (scrubbed by `docs_paths`, through mkdocs-jupyter)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import check_site
+    import docs_paths
+    from mkdocs_jupyter.nbconvert2 import nb2html
+
+    cells = [c for c in nb.cells if RAISES in _tags(c)]
+    small = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata)
+    docs_paths.scrub_notebook(small, ROOT)
+    nbformat.write(small, out / f"{name}.ipynb")
+    page = out / "site" / "tutorials" / name / "index.html"
+    page.parent.mkdir(parents=True)
+    page.write_text(nb2html(str(out / f"{name}.ipynb")), encoding="utf-8")
+    assert page.read_text(encoding="utf-8").count("application/vnd.jupyter.stderr") >= len(cells)
+    return check_site.tutorial_error_cells(out / "site")
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")  # plots render without a display
-    problems = _execute(nbformat.read(path, as_version=4), tmp_path)
+    nb = nbformat.read(path, as_version=4)
+    (tmp_path / "run").mkdir()
+    problems = _execute(nb, tmp_path / "run")
+    problems += _error_cell_problems(nb, path.stem, tmp_path)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 

@@ -2,13 +2,14 @@
 
 This file only re-exports the public API; each name lives in the module its folder suggests.
 Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`,
-`shapeml.state`, `shapeml.sharding`, `shapeml.hoisting`, `shapeml.int8`, `shapeml.data`,
-`shapeml.testing`; complete models in `shapeml.zoo`.
+`shapeml.state`, `shapeml.sharding`, `shapeml.distributed`, `shapeml.hoisting`, `shapeml.int8`,
+`shapeml.data`, `shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
 from . import _cores  # first: makes the CPU cores JAX devices before JAX's backend starts
 from . import _moved
 from . import data as data
+from . import distributed as distributed
 from . import hoisting as hoisting
 from . import int8 as int8
 from . import models as models

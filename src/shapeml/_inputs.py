@@ -63,7 +63,8 @@ def canonical_leaf(x, name: str, error: type, lenient: bool = False):
                 "transformer.step) inside your own jit",
             )
         # A weak type (`jnp.asarray(3)`) would select another program than `np.int32(3)`.
-        return jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x
+        weak = getattr(x, "weak_type", False)  # a PRNG key array has none
+        return jax.lax.convert_element_type(x, x.dtype) if weak else x
     if not isinstance(x, bool | int | float | complex | np.generic | np.ndarray):
         raise error(
             f"an input of `{name}` is a {type(x).__name__} ({x!r:.60}), not an array or a number",

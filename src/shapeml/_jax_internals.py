@@ -274,6 +274,22 @@ def backend_started() -> bool:
     return bool(xla_bridge._backends)
 
 
+def cluster_detected() -> bool:
+    """Whether `jax.distributed.initialize()` would find a cluster's settings in the environment
+    (SLURM, Open MPI, Kubernetes, Cloud TPU, ...), without starting anything."""
+    from jax._src import clusters
+
+    envs = clusters.ClusterEnv._cluster_types  # as JAX's own detection: opt-in methods skipped
+    return any(not env.opt_in_only_method and env.is_env_present() for env in envs)
+
+
+def distributed_client_started() -> bool:
+    """Whether this process has joined a job through `jax.distributed.initialize`."""
+    from jax._src import distributed
+
+    return distributed.global_state.client is not None
+
+
 def compiled_count(jitted: Callable) -> int:
     """How many programs a `jax.jit`-wrapped function has compiled so far."""
     return jitted._cache_size()

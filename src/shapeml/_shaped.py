@@ -3,6 +3,8 @@
 `def forward(m: Spotter, img: UInt8[Array, "b 1 S S"])` checks `S` against `m.dims.S`; on a method,
 `self`'s dims are bound (`def __call__(self, x: Float[Array, "*b In"])` in a layer). Checks run
 when the function runs in Python: once per trace under `jax.jit`, so never per compiled step.
+An array annotation also takes numpy arrays (and a scalar one Python scalars, `_array_like`); a
+failed check names the argument, its shape and the dims expected (`_shape_report`).
 """
 
 from __future__ import annotations
@@ -18,9 +20,13 @@ from beartype import beartype
 from beartype.roar import BeartypeCallHintViolation, BeartypeException
 from jaxtyping import Shaped, jaxtyped
 
+from ._array_like import widen, widened_function
 from ._errors import ArgumentTypeError, ShapemlError
+from ._shape_report import first_mismatch, named_in_violation, return_mismatch, signature_text
+from ._traceback import filtering
 from ._validate import shorten
 from .models import Model
+from .models._checks import dims_str
 
 __all__ = ["ShapeCheckError", "ShapedAnnotationError", "ShapedCallError", "shaped"]
 
@@ -42,8 +48,13 @@ does not match its annotation. The dims of its model arguments (every argument t
 
 `S` must equal `m.dims.S` and `C` must equal `m.dims.C`; `b` is bound by the first argument that
 uses it. A layer's method is checked in the layer's own dims (`Linear.__call__`: `x [*b In]`).
-The message names the argument or return value and the current value of every dim. Two model
-arguments that share a dim name must agree on its value.
+Numpy arrays are checked like jax arrays, and a scalar annotation also takes a Python or numpy
+scalar: only a wrong shape or dtype kind is an error. The message names the argument (or the
+return value), its dtype and shape, and the annotation with the values its dims had:
+
+    x: float32[8 31] where float[b D] with D=32 was expected (dimension D is 31)
+
+Two model arguments that share a dim name must agree on its value.
 """,
 ):
     pass
@@ -121,7 +132,9 @@ def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
 
     The dims of every argument that is an `sm.Model` (annotated or not, `self` of a method
-    included) are bound before the arguments are checked. Under `jax.jit` the check runs while
+    included) are bound before the arguments are checked. An array annotation also takes a numpy
+    array, and a scalar one (`Float[Array, ""]`) a Python or numpy scalar of its kind, passed on
+    as given: only a wrong shape or dtype kind is an error. Under `jax.jit` the check runs while
     tracing only, so compiled calls cost nothing extra.
 
     Example:
@@ -135,7 +148,8 @@ def shaped(fn: F) -> F:
         ...         return x * self.w
 
     Raises:
-        ShapeCheckError: (E1001) naming the argument and the dims' current values.
+        ShapeCheckError: (E1001) naming the argument, its dtype and shape, and the annotation
+            with its dims' values (`x: float32[8 31] where float[b D] with D=32 was expected`).
         ShapedCallError: (E1003) for a call its signature does not take (checked first).
         ShapedAnnotationError: (E1004) for annotations that cannot be checked.
         ArgumentTypeError: (E0003) when `fn` is not callable.
@@ -148,13 +162,24 @@ def shaped(fn: F) -> F:
     qual = getattr(fn, "__qualname__", None) or type(fn).__name__
     fn = _without_jaxtyping_hook(fn)
     try:
-        checked = beartype(fn)
+        checked = beartype(fn)  # also resolves string annotations in place
         sig = inspect.signature(fn)
     except (BeartypeException, ValueError, TypeError) as e:
         raise ShapedAnnotationError(
             f"@sm.shaped cannot check `{qual}`: {_first_paragraphs(str(e), 300)}",
             fix="decorate a plain Python function whose annotations are importable types",
         ) from None
+    shown = dict(getattr(fn, "__annotations__", None) or {})
+    shown_sig = signature_text(sig)
+    hints = {k: widen(v) for k, v in shown.items()}
+    returns = hints.get("return")
+    if returns is not None and not isinstance(returns, str):  # checked below, to name it
+        del hints["return"]
+    copy = widened_function(fn, dict(hints))
+    if copy is not fn:
+        checked = beartype(copy)
+    if copy is fn or "return" in hints:  # beartype checks the return (an unresolved name)
+        returns = None
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -163,28 +188,32 @@ def shaped(fn: F) -> F:
             bound = sig.bind(*args, **kwargs).arguments
         except TypeError as e:  # checked before beartype or the function see the call
             raise ShapedCallError(
-                f"`{qual}{sig}` was called with {_call_text(args, kwargs)}: {e}",
-                fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{sig}",
+                f"`{qual}` was called with {_call_text(args, kwargs)}: {e}",
+                fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{shown_sig}",
             ) from None
         models = [v for v in bound.values() if isinstance(v, Model)]
         try:
             with jaxtyped("context"):
-                # Binding must happen in this frame's memo: an isinstance check binds each dim.
-                for stand_in, dims_type in _stand_ins(models):
-                    if not isinstance(stand_in, dims_type):
-                        raise ShapeCheckError(
-                            f"the dims of the model arguments of `{qual}` disagree: "
-                            + "; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models),
-                            fix="pass models whose shared dims are equal",
-                        )
-                return checked(*args, **kwargs)
+                _bind_dims(models, qual)  # in this frame's memo: an isinstance check binds dims
+                out = checked(*args, **kwargs)
+                problem = (
+                    None if returns is None else return_mismatch(out, returns, shown.get("return"))
+                )
+            if problem is not None:
+                raise ShapeCheckError(
+                    f"`{qual}` {problem}", fix="fix the function's body or its return annotation"
+                )
+            return out
         except BeartypeCallHintViolation as e:
+            problem = first_mismatch(sig, bound, hints, shown, lambda: _bind_dims(models, qual))
+            problem = problem or named_in_violation(str(e), fn, bound, shown)
+            if problem is None:  # a check inside the function, not of its arguments
+                raise
             raise ShapeCheckError(
-                f"`{qual}`: {_first_paragraphs(str(e))}",
-                fix="check the shapes passed in against the annotation (model dims: "
-                + ("; ".join(f"{type(m).__name__} {dict(m.dims)}" for m in models) or "none")
-                + ")",
-            ) from e
+                f"`{qual}`: {problem}",
+                fix="pass arrays shaped as the annotation says"
+                + (f" ({_dims_text(models)})" if models else ""),
+            ) from (None if filtering() else e)
         except BeartypeException as e:  # e.g. a string annotation naming no importable type
             raise ShapedAnnotationError(
                 f"`{qual}`: {_first_paragraphs(str(e), 300)}",
@@ -193,6 +222,21 @@ def shaped(fn: F) -> F:
 
     wrapper.__shaped__ = True
     return wrapper  # type: ignore[return-value]
+
+
+def _dims_text(models: list[Model]) -> str:
+    return "; ".join(f"{type(m).__name__} dims: {dims_str(m.dims)}" for m in models)
+
+
+@typing.no_type_check  # jaxtyping's import hook would bind the dims in a memo of its own
+def _bind_dims(models: list[Model], qual: str) -> None:
+    """Binds every model argument's dims in the current jaxtyping memo (E1001 if two disagree)."""
+    for stand_in, dims_type in _stand_ins(models):
+        if not isinstance(stand_in, dims_type):
+            raise ShapeCheckError(
+                f"the dims of the model arguments of `{qual}` disagree: {_dims_text(models)}",
+                fix="pass models whose shared dims are equal",
+            )
 
 
 def _first_paragraphs(msg: str, limit: int = 1200) -> str:

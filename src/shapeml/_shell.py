@@ -6,7 +6,9 @@ the model and its optimizer), a `state.Graph` (its states) and the cached decode
 The step is traced once per input signature (the one compile cache, `_compile_cache.py`) and
 compiled with the carry donated, so XLA updates it in place; the model is uploaded once and never
 donated. Index checks in the step (`_index.check_index`) run first, as a program of their own,
-so a bad index raises before anything is written.
+so a bad index raises before anything is written. A step is traced for Auto mesh axes whatever
+its inputs' mesh kind, and a carry spread over several CPU devices runs one step at a time
+(`_devices.py` says why).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from jax.experimental import checkify
 
 from . import _jax_internals as jxi
 from ._compile_cache import CompileCache, Signature, leaf_key
+from ._devices import auto_view, paced
 from ._errors import ShapemlError
 from ._index import (
     StateIndexError,
@@ -70,9 +73,10 @@ declared shape and dtype. The message lists the entries that changed.
 
 
 def _abstract(x) -> Any:
-    """What a leaf is compiled for: its shape, dtype and, for a device array, its placement."""
+    """What a leaf is compiled for: its shape, dtype and, for a device array, its placement
+    (on its mesh's Auto view: the step's code is written for Auto axes)."""
     if isinstance(x, jax.Array):
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=auto_view(x.sharding))
     return x if isinstance(x, jax.ShapeDtypeStruct) else jax.ShapeDtypeStruct(np.shape(x), x.dtype)
 
 
@@ -132,6 +136,7 @@ class Shell:
         self._model, self._model_def = jax.tree.flatten(model)
         leaves, self._carry_def = jax.tree.flatten(carry)
         self._carry = [_owned(x) for x in leaves] if copy else leaves
+        self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
         self._programs: CompileCache[_Program] = CompileCache(self._compile)
 
     # the values ---------------------------------------------------------------------------------
@@ -179,6 +184,8 @@ class Shell:
         step itself, the carry donated. Returns the outputs."""
         program, dynamic = self._program(inputs, kwargs)
         self._check(program, dynamic)
+        if self._paced:  # the previous step has finished before this one is queued
+            jax.block_until_ready(self._carry)
         out, self._carry = program.step(*self._model, *self._carry, *dynamic)
         return jax.tree.unflatten(program.out_def, out)
 

@@ -18,11 +18,12 @@ import numbers
 from collections.abc import Iterable
 from typing import Any
 
+import jax
 import numpy as np
 
-from ._errors import ArgumentError, ArgumentTypeError
+from ._errors import ArgumentError, ArgumentTypeError, DtypeUnavailableError
 
-__all__ = ["choice", "instance", "integer", "real", "shorten"]
+__all__ = ["choice", "held_dtype", "instance", "integer", "real", "shorten"]
 
 _LIMIT = 80
 
@@ -171,3 +172,22 @@ def _range_text(low, high, low_open: bool = False, high_open: bool = False) -> s
     if high is not None:
         return f" {'<' if high_open else '<='} {high}"
     return ""
+
+
+def held_dtype(dtype: Any, where: str) -> np.dtype:
+    """`dtype` as a numpy dtype, if JAX in this process holds it as it is.
+
+    Raises:
+        DtypeUnavailableError: (E0004) for a 64-bit dtype while `jax_enable_x64` is off (JAX would
+            narrow it silently), naming `where` and the fix.
+    """
+    wanted = np.dtype(dtype)
+    held = np.dtype(jax.dtypes.canonicalize_dtype(wanted))
+    if held != wanted:
+        raise DtypeUnavailableError(
+            f"{where}: declared {wanted.name}, which JAX in this process holds as {held.name} "
+            "(jax_enable_x64 is off)",
+            fix='enable 64-bit mode first, jax.config.update("jax_enable_x64", True), or declare '
+            f"{held.name}",
+        )
+    return wanted

@@ -1,4 +1,5 @@
-"""The `shapeml` command: `explain` an error code, `train` and `eval` the Spotter, `int8` tools."""
+"""The `shapeml` command: `explain` an error code, `train` and `eval` the Spotter, `int8` tools,
+`launch` a multi-process job."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from .apps._flags import (
     run_guarded,
 )
 from .apps.int8_sort.cli import add_parser as add_int8_parser
+from .apps.launch_cli import add_parser as add_launch_parser
 from .data.shapes import MAX_IMAGES
 from .sharding import parse_rules
 
@@ -281,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_eval)
 
     add_int8_parser(sub)
+    add_launch_parser(sub)
     return parser
 
 

@@ -15,7 +15,9 @@ from .._validate import integer
 __all__ = ["CLASSES", "MAX_IMAGES", "SIZE", "draw"]
 
 CLASSES = ("square", "disk", "plus", "cross")
+"""The four shapes drawn, in label order: label `i` is `CLASSES[i]`."""
 SIZE = 16
+"""The side of each image in pixels: images are `[n 1 SIZE SIZE]` uint8."""
 # Drawing takes about 12 KB of temporaries per image: this many is about 0.75 GB at peak.
 MAX_IMAGES = 2**16
 

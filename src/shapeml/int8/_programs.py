@@ -112,6 +112,7 @@ def _build(key: ProgramKey):
 
 
 PROGRAMS: CompileCache = CompileCache(_build, maxsize=64)
+"""The compiled decode programs (a `CompileCache` of at most 64), one per model key, kind and tp."""
 
 
 def _step(m, tok, pos, cache):

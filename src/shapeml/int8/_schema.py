@@ -59,6 +59,7 @@ __all__ = [
 ]
 
 FORMAT = "shapeml.int8.v1"
+"""The `format` value of an int8 model file (the JSON that `Int8Model.from_json` reads)."""
 # The file's `dims` keys, in the file's order, and the model dim each one sets.
 FILE_DIMS = {"d": "D", "heads": "H", "d_ff": "F", "vocab": "V", "ctx": "T"}
 _REQUIRED = ("format", "dims", "tokens", "requant", "exp_table", "tensors")

@@ -5,7 +5,6 @@
 
 from ._checkpoint import CheckpointError as CheckpointError
 from ._checkpoint import CheckpointFileError as CheckpointFileError
-from ._checkpoint import load as load
 from ._checkpoint import save as save
 from ._dims import Dims as Dims
 from ._fields import buffer as buffer
@@ -22,16 +21,21 @@ from ._introspect import buffers as buffers
 from ._introspect import count_params as count_params
 from ._introspect import params as params
 from ._limits import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
+from ._load import load as load
 from ._mapped import Mapped as Mapped
 from ._model import Model as Model
+from ._partial import LoadReport as LoadReport
+from ._partial import PartialLoadWarning as PartialLoadWarning
 
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
     "DEFAULT_MAX_BYTES",
     "Dims",
+    "LoadReport",
     "Mapped",
     "Model",
+    "PartialLoadWarning",
     "buffer",
     "buffers",
     "count_params",

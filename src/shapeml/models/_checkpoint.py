@@ -28,14 +28,16 @@ from ._metadata import check_kinds, model_metadata, saved_dims, saved_statics
 from ._model import Model, ShapeMismatchError
 
 # `entry_problems`, `model_from_arrays` and `model_metadata` are the checkpoint codec that the
-# optimizer's checkpoints (`shapeml.optim`) build on: a model's entries inside a larger file.
+# optimizer's checkpoints (`shapeml.optim`) build on: a model's entries inside a larger file;
+# `sm.load` (`_load`) reads a model file through `read_model_file` and the same codec.
 __all__ = [
     "CheckpointError",
     "CheckpointFileError",
+    "build_model",
     "entry_problems",
-    "load",
     "model_from_arrays",
     "model_metadata",
+    "read_model_file",
     "save",
 ]
 
@@ -131,51 +133,6 @@ def save(
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
-def load(
-    path: str | os.PathLike,
-    cls: type[Model] | None = None,
-    *,
-    like: Model | None = None,
-    max_bytes: int | None = None,
-    allow_nonfinite: bool | Collection[str] = False,
-):
-    """Loads a model saved by `sm.save`, checking every entry's name, shape and dtype.
-
-    Args:
-        path: the checkpoint file.
-        cls: the model class; its dims are taken from the file.
-        like: instead of `cls`, a model whose class, dims and options the file must match.
-        max_bytes: the most the file's tensors and the model may hold, checked from the header
-            and the dims before any tensor is read (default 16 GiB).
-        allow_nonfinite: True (or the dotted names) to load NaN/inf values without warning.
-
-    Raises:
-        CheckpointError: (E1301) listing every missing, unexpected, wrong-shape and wrong-dtype
-            entry at once, with near-miss suggestions.
-        CheckpointModelError: (E1303) if the file holds another class or other dims.
-        CheckpointFileError: (E1302) for a truncated, corrupted or non-safetensors file, or
-            malformed shapeml metadata.
-        FileMissingError: (E1304), FileAccessError: (E1306) for a missing or unreadable file.
-        FileTooLargeError: (E1308), ModelTooLargeError: (E0906) beyond `max_bytes`.
-        ArgumentTypeError: (E0003) for a `cls` that is not an sm.Model class, or a `like` that
-            is not a model.
-
-    Warns:
-        NonFiniteWarning: (W1301) naming the tensors that hold NaN or an infinity.
-    """
-    cls, arrays, meta, limit = read_model_file(path, cls, like, max_bytes, allow_nonfinite)
-    return model_from_arrays(
-        cls,
-        arrays,
-        meta,
-        str(path),
-        like_dims=like.dims if like else None,
-        max_bytes=limit,
-        like_statics=statics(like) if like else None,
-    )
-
-
-@typing.no_type_check  # validates its arguments itself, with coded errors
 def read_model_file(path, cls, like, max_bytes, allow_nonfinite):
     """What every model loader shares: the arguments checked, then the file read and checked
     to be a model file. Returns `(cls, arrays, metadata, max_bytes)`, for `model_from_arrays`."""
@@ -254,7 +211,7 @@ def model_from_arrays(
             f"{len(problems)} problem(s):\n    " + "\n    ".join(first_problems(problems)),
             fix="load into the model class and dims the file was saved from, or rename the entries",
         )
-    return _build(cls, dims, arrays, "", saved)
+    return build_model(cls, dims, arrays, "", saved)
 
 
 def _check_like_statics(saved: Mapping, like: Mapping, source: str, cls: type) -> None:
@@ -286,9 +243,10 @@ def _file_dims(cls: type[Model], meta: Mapping[str, str], source: str) -> Dims:
     return cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
 
 
-def _build(
+def build_model(
     cls: type[Model], dims: Dims, arrays: Mapping[str, Any], prefix: str, saved: Mapping
 ) -> Model:
+    """A `cls` with these dims from its entries by dotted name (already checked) and statics."""
     own = statics_of(cls, saved, prefix)
     values: dict[str, Any] = dict(own)
     for name, spec in cls.__shapeml_fields__.items():
@@ -300,7 +258,7 @@ def _build(
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
             options = {p + k: v for p in paths for k, v in spec.mapped.options}
-            models = [_build(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
+            models = [build_model(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
             values[name] = models[0] if spec.kind == "submodel" else tuple(models)
         elif spec.present(own):
             values[name] = jnp.asarray(arrays[prefix + name])

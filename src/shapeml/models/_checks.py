@@ -12,7 +12,7 @@ import numpy as np
 
 from .._cast import cast_host_array
 from .._errors import ArgumentTypeError
-from .._validate import integer, shorten
+from .._validate import held_dtype, integer, shorten
 from ._dims import Dims
 from ._fields import FieldSpec
 from ._mapped import child_dims
@@ -151,6 +151,8 @@ def check_value(
             return stack(layers), None
         return layers, ("; ".join(problems) or None)
     expected = spec.shape_in(dims)
+    if spec.dtype.itemsize == 8:  # a 64-bit dtype: held as declared only with jax_enable_x64
+        held_dtype(spec.dtype, f"`{owner}.{name}`")
     if not (hasattr(value, "shape") and hasattr(value, "dtype")):
         try:
             value = np.asarray(value)

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from .._errors import ShapemlError
-from .._validate import integer
+from .._validate import held_dtype, integer
 from ._checks import dims_str, statics_of
 from ._dims import Dims
 from ._mapped import child_dims
@@ -21,6 +21,7 @@ from ._mapped import child_dims
 __all__ = ["DEFAULT_MAX_BYTES", "MAX_PARTS", "ModelTooLargeError", "check_size", "max_bytes_of"]
 
 DEFAULT_MAX_BYTES = 16 * 2**30
+"""The most a model or file may hold unless `max_bytes=` says otherwise: 16 GiB."""
 # Each tensor and sub-model is a Python object built one by one; more than this is a typo'd count
 # (`L=10**9`), not a model.
 MAX_PARTS = 2**17
@@ -76,6 +77,7 @@ def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -
             continue
         else:
             shape = spec.shape_in(dims, f"`{cls.__name__}.{name}`")
+            held_dtype(spec.dtype, f"`{cls.__name__}.{name}`")  # E0004 before any allocation
             size = math.prod(shape) * spec.dtype.itemsize
             field = _Field(prefix + name, spec.shape_str, shape, spec.dtype, size)
             nbytes, parts = nbytes + size, parts + 1
@@ -98,7 +100,8 @@ def max_bytes_of(max_bytes: Any) -> int:
 def check_size(
     cls: type, dims: Dims, max_bytes: int, what: str, statics: Mapping[str, Any] | None = None
 ) -> None:
-    """Refuses (E0906) a `cls` with these dims holding more than `max_bytes` or `MAX_PARTS` parts.
+    """Refuses (E0906) a `cls` with these dims holding more than `max_bytes` or `MAX_PARTS` parts,
+    and (E0004) one declaring a dtype this process cannot hold (float64 without x64).
 
     Args:
         what: the action, for the message ("`Net.init`", "loading `m.safetensors` as `Net`").

@@ -26,7 +26,7 @@ from ._dims import Dims, DimsError
 from ._fields import FieldDeclarationError, FieldSpec
 from ._limits import check_size, max_bytes_of
 from ._mapped import Mapped, child_dims, map_model
-from ._repr import repr_lines
+from ._repr import repr_html, repr_lines
 from ._statics import check_static
 
 __all__ = [
@@ -324,6 +324,8 @@ class Model(eqx.Module):
 
     def __repr__(self) -> str:
         return "\n".join(repr_lines(self, ""))
+
+    _repr_html_ = repr_html  # a notebook shows the field table as HTML
 
 
 class _InitKey(typing.NamedTuple):

@@ -1,11 +1,16 @@
-"""The table a model prints as: kind, name, shape in dims, shape in numbers, dtype per field."""
+"""The table a model shows as: kind, name, shape in dims, shape in numbers, dtype per field; as
+text (`repr`) and as HTML in a notebook (`_repr_html_`)."""
 
 from __future__ import annotations
+
+import html
+
+import numpy as np
 
 from ._checks import dims_str
 from ._stacked import count_of, is_stacked
 
-__all__ = ["repr_lines"]
+__all__ = ["repr_html", "repr_lines"]
 
 
 def repr_lines(m, indent: str) -> list[str]:
@@ -44,3 +49,73 @@ def repr_lines(m, indent: str) -> list[str]:
             1, f"{indent}  static  {name} = {text if len(text) <= 60 else text[:57] + '...'}"
         )
     return lines
+
+
+def _rows(m) -> tuple[list[tuple], list[tuple[str, object]]]:
+    """The model's own tensor rows (kind, name, shape in dims, shape, dtype, size) and its
+    sub-models (dotted name, model)."""
+    rows, subs = [], []
+    for name, spec in type(m).__shapeml_fields__.items():
+        value = m.__dict__.get(name)
+        if spec.kind == "submodel":
+            subs.append((name, value))
+        elif spec.kind == "submodels":
+            subs += [(f"{name}.{i}", child) for i, child in enumerate(value or ())]
+        elif value is not None or not spec.optional:
+            shape = tuple(getattr(value, "shape", ()))
+            dtype = getattr(getattr(value, "dtype", None), "name", "?")
+            size = int(np.prod(shape)) if spec.kind == "param" else 0
+            rows.append((spec.kind, name, spec.shape_str, " ".join(map(str, shape)), dtype, size))
+    return rows, subs
+
+
+def _param_count(m) -> int:
+    rows, subs = _rows(m)
+    return sum(r[5] for r in rows) + sum(_param_count(child) for _, child in subs)
+
+
+def repr_html(m) -> str:
+    """The model as a notebook shows it: its class, dims and param count, then a table of its
+    fields (kind, name, shape in dims, shape in numbers, dtype) and options, and each sub-model
+    folded under its name. Names are `<samp>`, not `<code>`: the docs site links inline code
+    that names an API object, and a field may be called `norm`."""
+    head, body = _html_parts(m)
+    return f'<div class="shapeml-model"><p>{head}</p>{body}</div>'
+
+
+def _html_parts(m) -> tuple[str, str]:
+    """The model's heading (class, dims, param count) and body (its table, its sub-models)."""
+    cls, esc = type(m), html.escape
+    head = (
+        f"<b>{esc(cls.__name__)}</b>({esc(dims_str(m.dims))}) &middot; {_param_count(m):,} params"
+    )
+    rows, subs = _rows(m)
+    cells = [
+        f"<tr><td>{esc(kind)}</td><td><samp>{esc(field)}</samp></td><td>[{esc(dims)}]</td>"
+        f"<td>[{esc(shape)}]</td><td>{esc(dtype)}</td></tr>"
+        for kind, field, dims, shape, dtype, _ in rows
+    ]
+    for static in cls.__shapeml_statics__:
+        text = repr(m.__dict__.get(static))
+        text = text if len(text) <= 60 else text[:57] + "..."
+        cells.append(
+            f"<tr><td>static</td><td><samp>{esc(static)}</samp></td>"
+            f'<td colspan="3">{esc(text)}</td></tr>'
+        )
+    body = ""
+    if cells:
+        header = "".join(
+            f"<th>{h}</th>" for h in ("kind", "field", "shape in dims", "shape", "dtype")
+        )
+        # a class of its own: no page theme styles it as prose (the docs theme pads such tables)
+        body = (
+            f'<table class="shapeml-fields"><thead><tr>{header}</tr></thead>'
+            f"<tbody>{''.join(cells)}</tbody></table>"
+        )
+    for name, child in subs:
+        sub_head, sub_body = _html_parts(child)
+        body += (
+            f"<details><summary><samp>{esc(name)}</samp>: {sub_head}</summary>"
+            f'<div style="margin-left: 1.5em">{sub_body}</div></details>'
+        )
+    return head, body

@@ -18,11 +18,19 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._errors import ShapemlError
 from .._files import read_safetensors, write_safetensors
 from .._validate import instance, shorten
-from ..models import Model
-from ..models._checkpoint import CheckpointError, entry_problems, model_from_arrays, model_metadata
-from ..models._introspect import dotted_name, tensors
+from ..models import Dims, Model
+from ..models._checkpoint import (
+    CheckpointError,
+    CheckpointModelError,
+    entry_problems,
+    model_from_arrays,
+    model_metadata,
+)
+from ..models._entries import first_problems
+from ..models._introspect import declared, dotted_name, statics, tensors
 from ._config import check_header, rebuild
 from ._errors import (
     OptimizerCheckpointError,
@@ -99,6 +107,8 @@ def load_checkpoint(
         allow_nonfinite: True (or entry names) to read NaN/inf without warning W1301.
 
     Raises:
+        CheckpointModelError: (E1303) if `like` was built for a model with other dims than the
+            file's, naming each (`D: file 64, model 32`) before the entries that differ.
         CheckpointError: (E1301) listing every missing, unexpected or mis-shaped entry at once.
         OptimizerCheckpointError: (E1205) for a missing, malformed or partial optimizer description.
         OptimizerKindError: (E1202) if `like` is another kind than the file's optimizer.
@@ -125,6 +135,17 @@ def load_checkpoint(
     expected = {k: (v.shape, v.dtype) for k, v in expected_arrays.items()}
     found = {k: v for k, v in arrays.items() if not k.startswith("model.")}
     problems = entry_problems(expected, found)
+    if problems and like is not None and (dims := _dims_of(like, m)) is not None:
+        diff = ", ".join(
+            f"{k}: file {m.dims[k]}, model {dims[k]}" for k in m.dims.free if m.dims[k] != dims[k]
+        )
+        kwargs = ", ".join(f"{k}={m.dims[k]}" for k in m.dims.free if m.dims[k] != dims[k])
+        raise CheckpointModelError(
+            f"`{path}` was saved with other dims than the optimizer given as like= ({diff}): "
+            f"{len(problems)} entries of its state differ:\n    "
+            + "\n    ".join(first_problems(problems, 3)),
+            fix=f"build like= from a model with the file's dims: {cls.__name__}.init(seed=0, {kwargs})",
+        )
     if problems:
         raise CheckpointError(
             f"`{path}`'s optimizer state does not fit `{type(template).__name__}` "
@@ -143,6 +164,35 @@ def load_checkpoint(
     paths, treedef = jax.tree_util.tree_flatten_with_path(template)
     names = ["opt." + dotted_name(p) for p, _ in paths]
     return m, jax.tree_util.tree_unflatten(treedef, [jnp.asarray(found[n]) for n in names])
+
+
+def _dims_of(like: Optimizer, m: Model) -> Dims | None:
+    """The dims of the model `like` was built for, when they differ from the file's (`m.dims`)
+    and explain every param shape `like` holds; else None.
+
+    Each free dim is found on a param axis that is that dim itself (the axis grows by one with
+    it), and the guess counts only if the whole model at those dims has `like`'s shapes.
+    """
+    want = {k: tuple(shape) for k, shape, _ in like.shapes}
+    given = statics(m)
+
+    def shapes_at(dims: Dims) -> dict[str, tuple[int, ...]]:
+        found = declared(type(m), dims, given)
+        return {k: tuple(shape) for k, (kind, shape, _) in found.items() if kind == "param"}
+
+    try:
+        base, guess = shapes_at(m.dims), {}
+        for k in m.dims.free:
+            grown = shapes_at(m.dims.resolve(**{k: m.dims[k] + 1}))
+            for name, shape in base.items():
+                if len(want.get(name, ())) == len(shape) == len(grown.get(name, ())):
+                    for a, b, w in zip(shape, grown[name], want[name]):
+                        if a == m.dims[k] and b == a + 1:
+                            guess.setdefault(k, w)
+        dims = m.dims.resolve(**guess)
+        return dims if dims != m.dims and shapes_at(dims) == want else None
+    except ShapemlError:  # a guess no model can have (a negative or oversized dim)
+        return None
 
 
 def _parse(text: str, source: str) -> Any:

@@ -4,12 +4,15 @@
 `partition_specs` plans without devices (`partition_spec` one array whose axes are named by
 dims, such as a KV cache); `memory_report` counts bytes per device; `load` reads a checkpoint
 straight onto its shards; `step_shardings` lays out a training step, its optimizer state paired
-with the params by structure. See `docs/scaling.md`.
+with the params by structure; `batch_part` and `place_local_batch` feed a batch from several
+processes. Meshes may have Auto or Explicit axes (`make_mesh(..., axis_types=)`). See
+`docs/scaling.md`.
 """
 
 from ._errors import AxisReusedError as AxisReusedError
 from ._errors import IndivisibleDimError as IndivisibleDimError
 from ._errors import MeshSpecError as MeshSpecError
+from ._errors import ProcessLayoutError as ProcessLayoutError
 from ._errors import RuleTableError as RuleTableError
 from ._errors import UnknownMeshAxisError as UnknownMeshAxisError
 from ._errors import UnknownRuleDimError as UnknownRuleDimError
@@ -29,6 +32,8 @@ from ._place import shard as shard
 from ._place import shardings as shardings
 from ._place import shardings_like as shardings_like
 from ._place import step_shardings as step_shardings
+from ._process import batch_part as batch_part
+from ._process import place_local_batch as place_local_batch
 from ._rules import FieldPlan as FieldPlan
 
 __all__ = [
@@ -38,10 +43,12 @@ __all__ = [
     "IndivisibleDimError",
     "MemoryReport",
     "MeshSpecError",
+    "ProcessLayoutError",
     "RuleTableError",
     "StepShardings",
     "UnknownMeshAxisError",
     "UnknownRuleDimError",
+    "batch_part",
     "field_plans",
     "load",
     "make_mesh",
@@ -51,6 +58,7 @@ __all__ = [
     "partition_spec",
     "partition_specs",
     "place_batch",
+    "place_local_batch",
     "shard",
     "shardings",
     "shardings_like",

@@ -8,6 +8,7 @@ __all__ = [
     "AxisReusedError",
     "IndivisibleDimError",
     "MeshSpecError",
+    "ProcessLayoutError",
     "RuleTableError",
     "UnknownMeshAxisError",
     "UnknownRuleDimError",
@@ -117,6 +118,29 @@ Python identifier used once, each size a positive whole number, and their produc
 number of devices JAX sees. On CPU, force host devices before JAX starts:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python train.py
+
+An axis's type is "auto" (the default) or "explicit" (JAX's sharding in types), given once for
+every axis or once per axis: `make_mesh("data=2,model=2", axis_types=("explicit", "auto"))`.
+""",
+):
+    pass
+
+
+class ProcessLayoutError(
+    ShapemlError,
+    ValueError,
+    code="E1907",
+    title="the processes do not split the batch axis evenly",
+    explanation="""
+In a job of several processes each process feeds only its part of every batch: the rows its own
+devices hold along the mesh's data axis. That needs the devices of each process to hold one
+contiguous run of the axis's blocks, every run of the same length (or every process the whole
+axis). A mesh whose devices were listed in another order (a hand-made `Mesh` over a shuffled
+device list), or one that leaves a process out, breaks that; the message names the process and
+the blocks its devices hold.
+
+`sharding.make_mesh("data=4,model=2")` lays `jax.devices()` out process by process with the
+first axis outermost, so naming the data axis first gives every process its own run.
 """,
 ):
     pass

@@ -23,6 +23,8 @@ from ..models import Model
 from ..models import load as load_unsharded
 from ..models._checkpoint import model_from_arrays, read_model_file
 from ..models._metadata import saved_dims, saved_statics
+from ..models._partial import warn_partial
+from ._place import shard
 from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
 
 __all__ = ["load"]
@@ -81,9 +83,14 @@ def load(
     like: Model | None = None,
     mesh: Mesh | None = None,
     rules: Rules | None = None,
+    missing: str = "error",
+    unexpected: str = "error",
+    mismatched: str = "error",
+    seed: Any = 0,
+    report: bool = False,
     max_bytes: int | None = None,
     allow_nonfinite: bool | Collection[str] = False,
-) -> Model:
+):
     """Loads a model saved by `sm.save`, each field placed on `mesh` as `rules` say.
 
     Without `mesh` it is `sm.load`. A checkpoint does not depend on how the model that wrote it
@@ -96,6 +103,8 @@ def load(
         mesh: the device mesh to place every field on.
         rules: dim name -> mesh axis (or tuple of axes, or None); `{}` (the default with a
             mesh) replicates every field.
+        missing, unexpected, mismatched, seed, report: partial loading, as for
+            `shapeml.models.load` (a partial load is built first, then placed).
         max_bytes, allow_nonfinite: as for `sm.load`.
 
     Example:
@@ -105,6 +114,8 @@ def load(
         the errors of `sm.load` (E1301-E1308, E0906, E0003), then those of `sm.shard`
         (E1901-E1905) for the rules.
     """
+    policy = {"missing": missing, "unexpected": unexpected, "mismatched": mismatched}
+    policy.update(seed=seed, report=instance("report", report, bool, "True or False"))
     if mesh is None:
         if rules is not None:
             raise ArgumentError(
@@ -112,11 +123,25 @@ def load(
                 fix="pass mesh= too, e.g. sm.load(path, Cls, mesh=mesh, rules=rules)",
             )
         return load_unsharded(
-            path, cls, like=like, max_bytes=max_bytes, allow_nonfinite=allow_nonfinite
+            path, cls, like=like, **policy, max_bytes=max_bytes, allow_nonfinite=allow_nonfinite
         )
     instance("mesh", mesh, Mesh, "a jax.sharding.Mesh")
     rules = {} if rules is None else rules
     rules_table(rules)  # a malformed table fails before the file is read
+    if report or any(policy[k] != "error" for k in ("missing", "unexpected", "mismatched")):
+        # Fields a partial load fills exist in no file: the model is built, then placed.
+        m, done = load_unsharded(
+            path,
+            cls,
+            like=like,
+            **{**policy, "report": True},
+            max_bytes=max_bytes,
+            allow_nonfinite=allow_nonfinite,
+        )
+        m = shard(m, mesh, rules)
+        if not report and done.partial:
+            warn_partial(done)
+        return (m, done) if report else m
     # The same checks and reads as `sm.load`; only where the entries land differs.
     cls, arrays, meta, limit = read_model_file(path, cls, like, max_bytes, allow_nonfinite)
     return model_from_arrays(

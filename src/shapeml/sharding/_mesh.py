@@ -3,15 +3,19 @@
 `--mesh data=2,model=2` is `make_mesh("data=2,model=2")`, a 2 x 2 mesh over the first four devices;
 `--shard D=data --shard F=data+model` is `parse_rules(["D=data", "F=data+model"])`,
 `{"D": "data", "F": ("data", "model")}`.
+
+A mesh's axes are Auto (GSPMD places what the rules do not) unless `axis_types="explicit"` asks
+for JAX's sharding in types; shapeml's placement and compiled steps take either (`docs/scaling.md`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh
+from jax.sharding import AxisType, Mesh
 
 from .._validate import shorten
 from ._errors import MeshSpecError, RuleTableError
@@ -68,17 +72,62 @@ def mesh_shape(spec: str | Mapping[str, int]) -> dict[str, int]:
     return out
 
 
-def make_mesh(spec: str | Mapping[str, int], devices: Sequence | None = None) -> Mesh:
+_KINDS = {"auto": AxisType.Auto, "explicit": AxisType.Explicit}
+
+
+def _axis_types(axis_types: Any, names: Sequence[str]) -> tuple[AxisType, ...]:
+    """One `AxisType` per axis from "auto", "explicit", an `AxisType`, or one of those per axis."""
+
+    def one(value: Any) -> AxisType:
+        if isinstance(value, AxisType) and value in _KINDS.values():
+            return value
+        if isinstance(value, str) and value.lower() in _KINDS:
+            return _KINDS[value.lower()]
+        raise MeshSpecError(
+            f'mesh axis type {shorten(value)} is neither "auto" nor "explicit"',
+            fix='pass axis_types="auto" (the default), "explicit", or one per axis, e.g. '
+            '("explicit", "auto")',
+        )
+
+    if isinstance(axis_types, (str, AxisType)):
+        return (one(axis_types),) * len(names)
+    if isinstance(axis_types, Sequence) and len(axis_types) == len(names):
+        return tuple(one(v) for v in axis_types)
+    raise MeshSpecError(
+        f"axis_types={shorten(axis_types)} does not give one type for each of the mesh's "
+        f"{len(names)} axes ({', '.join(names)})",
+        fix='pass one type for all axes ("explicit") or one per axis',
+    )
+
+
+def make_mesh(
+    spec: str | Mapping[str, int], devices: Sequence | None = None, *, axis_types: Any = "auto"
+) -> Mesh:
     """A mesh with these named axis sizes over the first devices (all of `jax.devices()` by
     default), in row-major order.
 
+    In a job of several processes `jax.devices()` lists every process's devices, process by
+    process, so the first axis spans the processes: name the data axis first
+    (`"data=4,model=2"`) and the batch is split by process (`sharding.batch_part`).
+
+    Args:
+        spec: named axis sizes, `"data=2,model=2"` or `{"data": 2, "model": 2}`.
+        devices: the devices to lay out (default `jax.devices()`).
+        axis_types: `"auto"` (the default: GSPMD propagates shardings through the computation),
+            `"explicit"` (JAX's sharding in types: every array's type carries its sharding, as
+            `jax.make_mesh` makes by default), or one of those (or a `jax.sharding.AxisType`)
+            per axis. shapeml places models and runs its compiled steps on either kind.
+
     Example:
         >>> mesh = make_mesh("data=2,model=2")    # 4 devices: data splits pairs, model within
+        >>> mesh = make_mesh("data=4", axis_types="explicit")
 
     Raises:
-        MeshSpecError: (E1906) for a bad spec, or one needing more devices than there are.
+        MeshSpecError: (E1906) for a bad spec or axis type, or one needing more devices than
+            there are.
     """
     shape = mesh_shape(spec)
+    types = _axis_types(axis_types, tuple(shape))
     devices = list(jax.devices() if devices is None else devices)
     n = int(np.prod(list(shape.values()), dtype=np.int64))
     if n > len(devices):
@@ -88,7 +137,8 @@ def make_mesh(spec: str | Mapping[str, int], devices: Sequence | None = None) ->
             fix="use smaller axes; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
             f"{n} before JAX starts",
         )
-    return Mesh(np.array(devices[:n], dtype=object).reshape(tuple(shape.values())), tuple(shape))
+    grid = np.array(devices[:n], dtype=object).reshape(tuple(shape.values()))
+    return Mesh(grid, tuple(shape), axis_types=types)
 
 
 def parse_rules(specs: str | Sequence[str]) -> dict[str, str | tuple[str, ...]]:

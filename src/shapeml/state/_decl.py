@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
-from .._validate import shorten
+from .._validate import held_dtype, shorten
 from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
@@ -46,18 +46,21 @@ class Declared:
         return f"{self.name}.{leaf}" if leaf else self.name
 
 
-def _dtype(dtype, where: str) -> np.dtype:
-    """JAX's canonical form of a numeric or bool `dtype`; anything else is a declaration error."""
+def _dtype(dtype, where: str, *, declared: bool = True) -> np.dtype:
+    """A numeric or bool `dtype` (anything else is a declaration error). A declared one must be
+    held as it is (E0004 for float64 without x64); a value's own is made canonical."""
     try:
-        canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+        wanted = np.dtype(dtype)
     except Exception:  # numpy raises several types for what is not a dtype
-        canonical = None
-    if canonical is None or not (canonical == np.bool_ or jnp.issubdtype(canonical, jnp.number)):
+        wanted = None
+    if wanted is None or not (wanted == np.bool_ or jnp.issubdtype(wanted, jnp.number)):
         raise GraphDeclarationError(
             f"{where} got the dtype {shorten(dtype)}, which is not a numeric dtype",
             fix="pass e.g. dtype=jnp.float32, jnp.int32 or jnp.bfloat16",
         )
-    return canonical
+    if declared:
+        return held_dtype(wanted, where)
+    return np.dtype(jax.dtypes.canonicalize_dtype(wanted))
 
 
 def _shape(shape, where: str) -> tuple[int, ...]:
@@ -152,9 +155,9 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
             fix="name it with a Python identifier, e.g. state((8, 4), name='total')",
         )
     if _is_shape(shape_or_tree):
-        spec = jax.ShapeDtypeStruct(
-            _shape(shape_or_tree, "state(shape)"), _dtype(dtype, "state(shape)")
-        )
+        shape = _shape(shape_or_tree, "state(shape)")
+        where = f"state `{name}`" if name else f"state({shape})"
+        spec = jax.ShapeDtypeStruct(shape, _dtype(dtype, where))
         return Declared("state", spec, sharding=sharding, name=name or "")
     template = _template(shape_or_tree, "state(tree)")
     return Declared("state", template, sharding=sharding, name=name or "")

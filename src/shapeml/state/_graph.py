@@ -66,6 +66,7 @@ class Graph(GraphAccess):
         return self
 
     def body(self, *inputs, **per_call):
+        """The step, written by the subclass: reads and writes `self.<state>`, returns outputs."""
         raise GraphBodyError(
             f"`{type(self).__name__}` does not define body(self, *inputs, **per_call)",
             fix="add a method `def body(self, x, *, pos): ...` to the subclass",
@@ -148,6 +149,15 @@ class Graph(GraphAccess):
         return out, self._pack(states, run.states)
 
     def __call__(self, *inputs, **per_call):
+        """Runs the compiled body (one compile per input signature): the step's index checks
+        first, then the step, its states donated and updated in place. Returns its outputs.
+
+        Raises:
+            StateIndexError: (E1401) for an index outside a state; nothing is written then.
+            GraphInputError: (E1410) for an input that is not an array or a number, does not
+                fit JAX's dtypes, or does not fit `body`'s signature.
+            UnboundParamError: (E1404) while a weight declared by shape has no value.
+        """
         if self._run is not None:
             raise GraphBodyError(
                 f"`{type(self).__name__}.body` ran the graph again from inside itself",

@@ -24,7 +24,7 @@ from jaxtyping import Array, Bool, Int, Shaped
 
 from .._errors import ArgumentTypeError
 from .._index import check_index
-from .._validate import instance, integer, shorten
+from .._validate import held_dtype, instance, integer, shorten
 from ._errors import StateAllocationError, StateWriteError
 
 __all__ = ["KVCache"]
@@ -81,7 +81,7 @@ class KVCache(eqx.Module):
         )
         instance("name", name, str, "a string")
         try:
-            canonical = np.dtype(jax.dtypes.canonicalize_dtype(dtype))
+            canonical = np.dtype(dtype)
         except Exception:  # numpy raises several types for what is not a dtype
             canonical = None
         if canonical is None or not jnp.issubdtype(canonical, jnp.number):
@@ -89,6 +89,7 @@ class KVCache(eqx.Module):
                 f"`dtype` of {name} must be a numeric dtype, got {shorten(dtype)}",
                 fix="pass e.g. dtype=jnp.float32 or jnp.bfloat16",
             )
+        held_dtype(canonical, f"{name} (k and v)")  # E0004: float64 without x64
         try:
             self.k = jnp.zeros(shape, canonical)
             self.v = jnp.zeros(shape, canonical)

@@ -39,10 +39,28 @@ annotation; the check runs under `jax.eval_shape`, so it costs no compute.
     pass
 
 
-def _abstract_model(m: Model | type[Model]):
-    if isinstance(m, type):
-        return jax.eval_shape(lambda: m.init(seed=0))
-    return jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), m)
+def _abstract_model(m: Model | type[Model], dims: Mapping[str, int]) -> Model:
+    """The shapes of model `m` (a class: of `Cls.init()`) at `dims`: each of its free dims that
+    `dims` names is set, its derived dims follow (and must agree with `dims`), its options kept."""
+    cls = m if isinstance(m, type) else type(m)
+    own = {k: v for k, v in dims.items() if k in cls.dims.free}
+    if isinstance(m, type) or any(m.dims[k] != v for k, v in own.items()):
+        options = {} if isinstance(m, type) else {k: getattr(m, k) for k in cls.__shapeml_statics__}
+        if not isinstance(m, type):
+            own = {**{k: m.dims[k] for k in cls.dims.free}, **own}
+        m = jax.eval_shape(lambda: cls.init(seed=0, **options, **own))
+    else:
+        m = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype), m)
+    clash = {k: v for k, v in dims.items() if k in m.dims and m.dims[k] != v}
+    if clash:
+        derived = cls.dims.derived
+        raise ContractError(
+            f"dims={dict(clash)} cannot hold for `{cls.__name__}`: "
+            + ", ".join(f"{k} = {derived.get(k, k)} = {m.dims[k]}" for k in clash),
+            fix="set the free dims a derived dim follows from: "
+            + ", ".join(f"{k}={m.dims[k]}" for k in cls.dims.free),
+        )
+    return m
 
 
 def _stand_in(name: str, hint: Any, bindings: Mapping[str, Any]) -> jax.ShapeDtypeStruct:
@@ -119,19 +137,32 @@ def check_contract(
 ) -> list[dict[str, Any]]:
     """Checks that `fn`'s annotated shapes hold for every listed size, without computing.
 
-    Arguments given in `args` are used as they are (a model class stands for `Cls.init()`'s
-    shapes); every remaining parameter annotated with a jaxtyping array type is built from its
-    annotation, with the model's dims, `dims`, and one value of each entry of `sizes` bound. A
-    size given as a string (`"b"`) is symbolic: the contract must hold for every value of it.
+    Arguments given in `args` are used as they are, except models: a model class stands for
+    `Cls.init()`'s shapes, and a model class or instance is resized to `dims` (each of its free
+    dims that `dims` names is set, its derived dims follow, its options are kept). Every remaining
+    parameter annotated with a jaxtyping array type is built from its annotation, with the
+    models' dims, `dims`, and one value of each entry of `sizes` bound. A size given as a string
+    (`"b"`) is symbolic: the contract must hold for every value of it.
+
+    Args:
+        fn: the function (`@sm.shaped` or not: it is checked as if it were).
+        *args: its first arguments; the rest are built from their annotations.
+        sizes: the values to try for each dim no model declares (default `{"b": [1, 3]}`).
+        dims: a size for named dims: of the models (`{"D": 64}` checks them at D=64) and of
+            the built arguments.
 
     Example:
         >>> check_contract(spotter.forward, Spotter, sizes={"b": [1, 7, "b"]})
+        >>> check_contract(spotter.forward, Spotter, dims={"D": 64})  # the model at D=64
 
     Returns:
         One record per size combination: the sizes and the output's shapes.
 
     Raises:
-        ContractError: (E1002) naming the sizes tried and the dim that broke.
+        ContractError: (E1002) naming the sizes tried and the dim that broke, or a `dims` entry
+            that contradicts a model's derived dim.
+        ArgumentTypeError: (E0003), ArgumentError: (E0002) for a size that is no whole number
+            >= 0.
     """
     sizes, dims = _checked_sizes(sizes), _checked_dims(dims)
     if not callable(fn):
@@ -150,7 +181,7 @@ def check_contract(
         ) from None
     params = list(sig.parameters)
     given = [
-        _abstract_model(a)
+        _abstract_model(a, dims)
         if isinstance(a, Model) or (isinstance(a, type) and issubclass(a, Model))
         else a
         for a in args

@@ -2,7 +2,9 @@
 
 Losses stay on the device between log points, so the loop never waits on a step it does not
 report; at each log point they are checked, and a non-finite loss stops training with an error
-that names the last good checkpoint (never overwritten by a diverged state).
+that names the last good checkpoint (never overwritten by a diverged state). Checkpoints are one
+file (`sm.save_checkpoint`) or, in a job of several processes or for a model past one host,
+sharded directories (`distributed.CheckpointManager`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import math
 import os
 import typing
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -23,10 +24,13 @@ from tqdm.auto import tqdm
 
 from .._errors import ArgumentError, ShapemlError
 from .._validate import instance, integer
+from ..distributed import CheckpointManager
+from ..distributed._faults import peers_watched
 from ..models import Model, params
-from ..optim import Optimizer, averaged, load_checkpoint, save_checkpoint
+from ..optim import Optimizer, averaged
 from ..optim._from_optax import reconfigure
 from ..sharding import make_mesh
+from ._checkpoints import Checkpoints
 from ._step import TrainStep
 
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
@@ -77,7 +81,7 @@ def train(
     log_every: int = 25,
     eval_fn: Callable[[Model], dict[str, float]] | None = None,
     eval_every: int = 0,
-    checkpoint: str | os.PathLike | None = None,
+    checkpoint: str | os.PathLike | CheckpointManager | None = None,
     checkpoint_every: int = 0,
     resume: bool = False,
     devices: int | None = None,
@@ -100,10 +104,13 @@ def train(
             `accumulate` batches).
         log_every: steps between loss checks and progress-bar updates.
         eval_fn: `eval_fn(model) -> {name: value}`, run every `eval_every` steps and at the end.
-        checkpoint: a path for `save_checkpoint`, written every `checkpoint_every` steps (if > 0)
-            and at the end.
-        resume: continue from `checkpoint` if it exists (the data iterator is fast-forwarded past
-            the batches already used, so a resumed run equals an uninterrupted one).
+        checkpoint: a path for `save_checkpoint` (one file), or a
+            `distributed.CheckpointManager` (sharded: every process writes its own shards, in
+            the background; what a job of several processes needs), written every
+            `checkpoint_every` steps (if > 0) and at the end.
+        resume: continue from `checkpoint` if it exists (from a manager: its latest complete
+            checkpoint, placed on `mesh` by `rules`); the data iterator is fast-forwarded past
+            the batches already used, so a resumed run equals an uninterrupted one.
         devices: shard each batch across this many devices (data parallel; params replicated).
         progress: show a tqdm progress bar (loss, metrics, skipped steps, steps/s).
         accumulate: average the gradients of this many batches per update (`optax.MultiSteps`);
@@ -114,12 +121,17 @@ def train(
         mesh, rules: train on a device mesh: the batch split over its `data` axis, params and
             optimizer state placed by `rules` (dim name -> mesh axis, as for `sm.shard`), e.g.
             `mesh=sharding.make_mesh("data=2,model=2"), rules={"F": "model"}`. Not with `devices`.
+            Auto and Explicit mesh axes both work. In a job of several processes (after
+            `distributed.initialize()`) `data` yields each process's part of every batch
+            (`batches(..., part=sharding.batch_part(mesh))`) and the progress bar is process 0's.
 
     Raises:
         TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
         ArgumentError, ArgumentTypeError: (E0002, E0003) for a bad count or flag, checked before
             anything runs (`steps=-5` trains nothing and is refused).
         OptionConflictError: (E1207) if `opt` was built with another `accumulate` or `ema`.
+        SingleFileCheckpointError: (E2206) for a checkpoint file in a job of several processes.
+        ProcessFailedError: (E2203) when another process of the job stops mid-run.
     """
     steps = integer("steps", steps, low=1)
     log_every = integer("log_every", log_every, low=1)
@@ -144,9 +156,10 @@ def train(
         )
     if devices is not None:  # checked, like everything above, before any file is read
         mesh = make_mesh({"data": integer("devices", devices, low=1)})
+    saves = Checkpoints(checkpoint, mesh, rules)
     done = 0  # batches already used (gradients taken or skipped)
-    if resume and checkpoint is not None and Path(checkpoint).exists():
-        model, opt = load_checkpoint(checkpoint, type(model), like=opt)
+    if resume and saves.exists():
+        model, opt = saves.load(model, opt)
         done = int(opt.step) + int(opt.skipped)
     step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules)
     batches = iter(data)
@@ -154,11 +167,13 @@ def train(
         pass  # fast-forward past the batches a resumed run already used
     history: list[dict[str, Any]] = []
     pending: list[tuple[int, Any]] = []
-    last_good: tuple[int, str] | None = (done // per_update, str(checkpoint)) if done else None
+    last_good: tuple[int, str] | None = (
+        (done // per_update, saves.where(done // per_update)) if done else None
+    )
     bar = tqdm(
         total=steps,
         initial=done // per_update,
-        disable=not progress,
+        disable=not progress or jax.process_index() != 0,
         unit="step",
         dynamic_ncols=True,
     )
@@ -190,35 +205,37 @@ def train(
         )
         pending = []
 
-    for i in range(done, steps * per_update):
-        try:
-            batch = next(batches)
-        except StopIteration:
-            raise ArgumentError(
-                f"the data ran out after {i} of {steps * per_update} batches; pass more batches "
-                "(e.g. batches(..., epochs=None))"
-            ) from None
-        pending.append((i // per_update, step(*batch)))
-        if (i + 1) % per_update:
-            continue  # the update of this group of batches is not complete yet
-        bar.update(1)
-        at = (i + 1) // per_update
-        if at % log_every == 0 or at == steps:
-            flush(at)
-        if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
-            flush(at)
-            check_finite_weights(step.model, at, last_good)
-            save_checkpoint(checkpoint, step.model, step.opt)
-            last_good = (at, str(checkpoint))
-        if eval_fn is not None and eval_every and at % eval_every == 0 and at != steps:
-            history.append({"step": at, **eval_fn(step.model)})
-    flush(steps)
-    bar.close()
-    if eval_fn is not None:
-        history.append({"step": steps, **eval_fn(step.model)})
-    if checkpoint is not None:
-        check_finite_weights(step.model, steps, last_good)
-        save_checkpoint(checkpoint, step.model, step.opt)
+    with peers_watched("training"):  # E2203 when another process has stopped
+        for i in range(done, steps * per_update):
+            try:
+                batch = next(batches)
+            except StopIteration:
+                raise ArgumentError(
+                    f"the data ran out after {i} of {steps * per_update} batches; pass more batches "
+                    "(e.g. batches(..., epochs=None))"
+                ) from None
+            pending.append((i // per_update, step(*batch)))
+            if (i + 1) % per_update:
+                continue  # the update of this group of batches is not complete yet
+            bar.update(1)
+            at = (i + 1) // per_update
+            if at % log_every == 0 or at == steps:
+                flush(at)
+            if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
+                flush(at)
+                check_finite_weights(step.model, at, last_good)
+                saves.save(at, step.model, step.opt)
+                last_good = (at, saves.where(at))
+            if eval_fn is not None and eval_every and at % eval_every == 0 and at != steps:
+                history.append({"step": at, **eval_fn(step.model)})
+        flush(steps)
+        bar.close()
+        if eval_fn is not None:
+            history.append({"step": steps, **eval_fn(step.model)})
+        if checkpoint is not None:
+            check_finite_weights(step.model, steps, last_good)
+            saves.save(steps, step.model, step.opt)
+        saves.wait()
     final_opt = step.opt
     average = averaged(step.model, final_opt) if final_opt.ema is not None else None
     return TrainResult(step.model, final_opt, history, average)

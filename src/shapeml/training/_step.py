@@ -20,6 +20,7 @@ from .. import sharding
 from .._errors import ArgumentError
 from .._shell import CarryChangedError, Shell
 from .._validate import instance
+from ..distributed._faults import peers_watched
 from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
@@ -76,9 +77,12 @@ class TrainStep:
     With `mesh`, each batch is split over its `data_axis` and the params and optimizer state are
     placed by `rules` (dim name -> mesh axis, as for `sm.shard`; none given: replicated), so one
     rule table is data parallelism, FSDP or tensor parallelism. The layout never changes between
-    steps: one compile. Without a mesh, each batch is split over every CPU device `import
-    shapeml` made (one per core, `sm.cpu_devices()`: data parallelism across cores, the same
-    update as on one device) unless `devices=1`.
+    steps: one compile. The mesh's axes may be Auto or Explicit (`jax.make_mesh`'s default): the
+    loss is traced for Auto axes either way, and the model keeps its shardings' types. In a job
+    of several processes each process passes its own part of each batch (see `__call__`).
+    Without a mesh, each batch is split over every CPU device `import shapeml` made (one per
+    core, `sm.cpu_devices()`: data parallelism across cores, the same update as on one device)
+    unless `devices=1`.
 
     `precision` computes the loss in bfloat16 or float16 while the params and their update stay
     float32 (`sm.Precision`; float16 scales the loss). `remat` names the rematerialization policy
@@ -152,19 +156,28 @@ class TrainStep:
         self._shell = Shell(step, None, carry, name="TrainStep")
 
     def __call__(self, *batch):
-        """Runs one step on a batch; returns the loss (and aux) before the step, on device."""
+        """Runs one step on a batch; returns the loss (and aux) before the step, on device.
+
+        With a mesh, in a job of several processes, each process passes only its part of the
+        global batch (`sharding.batch_part(mesh)`: the rows its devices hold) and the global batch
+        is assembled from the parts (`jax.make_array_from_process_local_data`); in one process
+        the part is the whole batch.
+        """
         if self._placement is not None:  # E1903 for a batch the data axis does not divide
-            batch = sharding.place_batch(tuple(np.asarray(b) for b in batch), *self._placement)
+            batch = tuple(b if isinstance(b, jax.Array) else np.asarray(b) for b in batch)
+            batch = sharding.place_local_batch(batch, *self._placement)
         elif self._cores is not None:
             batch = self._cores.place_batch(batch)
-        return self._shell(*batch)
+        with peers_watched("a TrainStep call"):  # E2203 when another process has stopped
+            return self._shell(*batch)
 
     def compiled(self, *batch):
         """The compiled step for this batch (compiled if needed, nothing run), a
         `jax.stages.Compiled`: `step.compiled(tokens).memory_analysis().temp_size_in_bytes` is
         the step's peak temporary memory (activations kept for the backward pass and scratch)."""
         if self._placement is not None:
-            batch = sharding.place_batch(tuple(np.asarray(b) for b in batch), *self._placement)
+            batch = tuple(b if isinstance(b, jax.Array) else np.asarray(b) for b in batch)
+            batch = sharding.place_local_batch(batch, *self._placement)
         elif self._cores is not None:
             batch = self._cores.place_batch(batch)
         return self._shell.compiled(*batch)

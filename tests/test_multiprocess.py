@@ -1,0 +1,178 @@
+"""Real multi-process jobs on this machine: 2 processes x 2 forced CPU devices (gloo collectives,
+`jax.distributed` on 127.0.0.1) against 1 process x 4 devices and one device.
+
+Each test runs whole jobs of `tests/multiprocess_worker.py` as subprocesses, concurrently where
+they are independent, each under a timeout (the launcher's, and the subprocess's above it) so
+nothing can hang the suite. The reference of every numeric check is the one-device run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from shapeml import distributed
+
+WORKER = Path(__file__).with_name("multiprocess_worker.py")
+TIMEOUT = 420  # seconds a job may take on a loaded 2-core machine: the launcher's own limit
+
+
+# Compiling the steps is most of these jobs' time: XLA's cheaper CPU compile (the same for the
+# references), and one compilation cache for the jobs of a test (the killed and the resumed job
+# run the first job's Spotter step again).
+FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+
+
+def _env(cache: Path, devices: int | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHAPEML_", "XLA_", "JAX_"))}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["XLA_FLAGS"] = FAST_COMPILE
+    if devices:
+        env["XLA_FLAGS"] += f" --xla_force_host_platform_device_count={devices}"
+    env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+    env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+    return env
+
+
+def _launch(mode: str, out: Path, grace: float = 30) -> distributed.LaunchError | None:
+    """A job of 2 processes x 2 devices, each running the worker in `mode` (the launcher's own
+    command line is tested in test_distributed.py); its error, or None."""
+    out.mkdir(exist_ok=True)
+    command = [sys.executable, str(WORKER), mode, str(out)]
+    log = io.StringIO()
+    try:
+        distributed.launch(command, processes=2, devices_per_process=2, grace=grace,
+                           timeout=TIMEOUT, out=log, env=_env(out.parent / "cache"))  # fmt: skip
+    except distributed.LaunchError as e:
+        e.log = log.getvalue()
+        return e
+    return None
+
+
+def _single(mode: str, out: Path, job: Path) -> subprocess.CompletedProcess:
+    """One process of 4 forced devices running the worker in `mode`."""
+    out.mkdir(exist_ok=True)
+    return subprocess.run(
+        [sys.executable, str(WORKER), mode, str(out), str(job)],
+        env=_env(out.parent / "cache", 4),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+
+
+def _ok(job: subprocess.CompletedProcess | distributed.LaunchError | None) -> None:
+    if isinstance(job, subprocess.CompletedProcess):
+        assert job.returncode == 0, (job.stdout[-3000:], job.stderr[-3000:])
+    else:
+        assert job is None, (str(job), job.log[-3000:])
+
+
+def _both(a, b):
+    """Runs two jobs at once (their waits overlap)."""
+    out = {}
+    t = threading.Thread(target=lambda: out.setdefault("a", a()))
+    t.start()
+    out["b"] = b()
+    t.join()
+    return out["a"], out["b"]
+
+
+def _rel(a: np.ndarray, b: np.ndarray) -> float:
+    """The largest difference relative to the reference's largest entry."""
+    return float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(b))), 1e-30))
+
+
+def _read(out: Path, name: str) -> tuple[dict, dict]:
+    return json.loads((out / f"{name}.json").read_text()), dict(np.load(out / f"{name}.npz"))
+
+
+def test_jobs_of_two_processes_train_checkpoint_fail_and_resume_like_one_device(tmp_path):
+    # The jobs, concurrent where independent (a job is a few processes importing JAX and
+    # compiling a step or two: the suite's time goes there, so they are few and share work):
+    #   2 x 2 `train` (its Spotter run is also the reference of the resumed job below)
+    #   then, at once: 1 x 4 `train` (the one-device references, and the 2 x 2 checkpoint
+    #   restored in one process) and 2 x 2 `kill`; then 2 x 2 `resume`.
+    two, one = tmp_path / "2x2", tmp_path / "1x4"
+    _ok(_launch("train", two))
+    single, killed = _both(
+        lambda: _single("train", one, two), lambda: _launch("kill", two, grace=5)
+    )
+    _ok(single)
+    resumed = _launch("resume", two)
+
+    res2, arr2 = _read(two, "train")
+    res1, arr1 = _read(one, "train")
+    assert res2["info"] == [0, 2, 2, 4] and res1["info"] == [0, 1, 4, 4]
+    # Six steps of the Spotter and of the nn-built transformer, under one table that is FSDP on
+    # `data` and tensor parallel on `model`, on Auto and Explicit meshes, on 2 processes x 2
+    # devices and 1 process x 4 devices: all equal one device.
+    runs = {**{k: (v, arr2) for k, v in res2.items() if k.count("/") == 2},
+            **{k: (v, arr1) for k, v in res1.items() if k.count("/") == 2}}  # fmt: skip
+    assert sorted(runs) == sorted(
+        f"{m}/2d/{k}" for m in ("spotter", "tiny") for k in ("auto", "explicit")
+    )
+    for name, (res, arrays) in runs.items():
+        model, _, kind = name.split("/")
+        ref = res1[f"ref/{model}"]
+        losses = np.array(res["losses"])
+        assert len(losses) == 6 and np.all(np.isfinite(losses)), name
+        assert _rel(losses, np.array(ref["losses"])) < 1e-4, (name, losses, ref["losses"])
+        params = [k[len(name) + 1 :] for k in arrays if k.startswith(name + "/")]
+        assert params, name
+        for k in params:
+            got, want = arrays[f"{name}/{k}"], arr1[f"ref/{model}/{k}"]
+            assert got.shape == want.shape and _rel(got, want) < 1e-4, (name, k, _rel(got, want))
+        # the rules split both mesh axes, the model kept its layout and its mesh kind
+        axes = {a for spec in res["specs"] for a in spec if a}
+        assert res["layout"] and axes == {"data", "model"}, (name, res)
+        assert res["kinds"] == ["Auto" if kind == "auto" else "Explicit"], (name, res["kinds"])
+
+    # errors that need several processes, each coded
+    assert res2["errors"] == {
+        "file_checkpoint": "E2206",
+        "layout": "E1907",
+        "restore_without_mesh": "E0002",
+    }
+
+    # The checkpoint 2 processes wrote (the 2-d table, Auto axes), restored by one process onto
+    # the FSDP table on Explicit axes and onto one device: bit for bit. Then sm.shard, sm.save and
+    # sharding.load on an Explicit mesh keep the kind, the layout and the values.
+    back = res1["restore"]
+    assert back["steps"] == [6] and back["opt_step"] == 6, back
+    assert back["bit_for_bit"] and back["one_device"] and back["layout"], back
+    assert back["kinds"] == ["Explicit"], back
+    assert back["load"] == {"kinds": ["Explicit"], "layout": True, "values": True}, back
+
+    # Process 1 of the `kill` job killed itself once checkpoint 4 was complete: process 0 stopped
+    # with E2203 at its next step, and the launcher reported E2201 (and killed what still ran
+    # after its grace period).
+    assert killed is not None and killed.code == "E2201", killed
+    assert killed.exit_code == 128 + 9, (str(killed), killed.log[-3000:])
+    assert killed.message.startswith("process 1 of 2 was killed by SIGKILL"), killed.message
+    survivor = (two / "kill_error_0.txt").read_text()
+    assert survivor.startswith("E2203") and "another process of the job has stopped" in survivor
+    assert not (two / "kill_error_1.txt").exists()
+
+    # The same job again resumed from checkpoint 4 and ended where the uninterrupted run ended.
+    _ok(resumed)
+    res, arrays = _read(two, "resume")
+    assert res["steps"] == [4, 6]  # keep=2: the two latest complete checkpoints
+    whole = res2["spotter/2d/auto"]
+    assert np.allclose(res["losses"], whole["losses"][4:], rtol=1e-6, atol=0), (res, whole)
+    final = {k[len("final/") :]: v for k, v in arrays.items()}
+    assert sorted(final) == sorted(k for k in params_of(arr2, "spotter/2d/auto"))
+    for k, v in final.items():
+        np.testing.assert_allclose(v, arr2[f"spotter/2d/auto/{k}"], rtol=1e-6, atol=0, err_msg=k)
+
+
+def params_of(arrays: dict, name: str) -> list[str]:
+    return [k[len(name) + 1 :] for k in arrays if k.startswith(name + "/")]
