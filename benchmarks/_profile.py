@@ -88,7 +88,9 @@ def torch_ops(run, *, steps: int = 10) -> tuple[float, list[tuple[str, float, st
 
 def table(title: str, wall: float, rows, top: int = 25) -> str:
     total = sum(r[1] for r in rows)
-    lines = [f"## {title}: {wall:,.0f} us per step (wall), {total:,.0f} us busy summed over threads"]
+    lines = [
+        f"## {title}: {wall:,.0f} us per step (wall), {total:,.0f} us busy summed over threads"
+    ]
     for name, us, d in rows[:top]:
         lines.append(f"{us:9,.0f} us {100 * us / total:5.1f}%  {name:28s} {d}")
     return "\n".join(lines)

@@ -67,7 +67,9 @@ def main() -> None:
         )
     plain, remat = temp_mib(16), temp_mib(16, remat="full")
     f32, bf16 = plain, temp_mib(16, precision="bfloat16")
-    print(f"16-block step, peak temporary memory: no remat {plain:.1f} MiB, remat full {remat:.1f} MiB")
+    print(
+        f"16-block step, peak temporary memory: no remat {plain:.1f} MiB, remat full {remat:.1f} MiB"
+    )
     print(
         f"16-block step, activation memory of the precision policy: float32 {f32:.1f} MiB, "
         f"bfloat16 {bf16:.1f} MiB ({bf16 / f32:.2f}x)"

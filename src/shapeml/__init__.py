@@ -6,7 +6,7 @@ Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`
 `shapeml.data`, `shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
-from . import _cores  # first: makes the CPU cores JAX devices before JAX's backend starts
+from . import _cores as _cores  # first: makes the CPU cores JAX devices before JAX's backend starts
 from . import _moved
 from . import data as data
 from . import distributed as distributed

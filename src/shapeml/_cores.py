@@ -10,6 +10,9 @@ if all of these hold:
 
 - JAX's backend has not started yet (import shapeml before running any JAX computation);
 - `XLA_FLAGS` does not already choose a device count (the user's setting always wins);
+- the process is not one of a job of several processes (`shapeml.distributed.launch` sets
+  `SHAPEML_PROCESSES`): there the launcher's `devices_per_process` (or the user's XLA_FLAGS) says
+  how many devices each process has, and N processes each taking every core would oversubscribe;
 - the environment variable `SHAPEML_CPU_DEVICES` is not `1` (or `0`, `off`): the opt-out. A number
   `N > 1` asks for N devices instead of the default (one per usable core, at most 8).
 
@@ -26,6 +29,9 @@ __all__ = ["CPU_DEVICES_ENV", "CpuDevices", "configure", "cpu_devices"]
 
 CPU_DEVICES_ENV = "SHAPEML_CPU_DEVICES"
 _FLAG = "--xla_force_host_platform_device_count"
+# Set by `shapeml.distributed.launch` in each process it starts (`distributed/_init.py`; named
+# here, not imported: this module runs first, before any other part of shapeml).
+_PROCESSES_ENV = "SHAPEML_PROCESSES"
 _MAX_DEFAULT = 8  # past a few devices, the all-reduce of every gradient costs more than it saves
 
 
@@ -60,6 +66,8 @@ def _decide(env: dict, started: bool, cores: int) -> tuple[CpuDevices, str | Non
         return CpuDevices(None, f"{CPU_DEVICES_ENV}={asked}: opted out"), None
     if "xla_force_host_platform_device_count" in flags:
         return CpuDevices(None, "XLA_FLAGS already sets the device count"), None
+    if env.get(_PROCESSES_ENV, "").strip() not in ("", "1"):
+        return CpuDevices(None, f"one process of {env[_PROCESSES_ENV]}: the launcher decides"), None
     if started:
         return CpuDevices(None, "JAX's backend started before shapeml was imported"), None
     if asked:

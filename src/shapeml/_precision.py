@@ -49,7 +49,7 @@ class Precision:
     """
 
     compute: str = "bfloat16"
-    loss_scale: float | str | None = "default"
+    loss_scale: float | int | str | None = "default"
     period: int = 2000
 
     def __post_init__(self):

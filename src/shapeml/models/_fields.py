@@ -214,7 +214,12 @@ def submodel(model: type | Mapped, /, **dims_and_options: Any):
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def submodels(
-    model: type | Mapped, count: int | str, /, *, stacked: bool | str = False, **dims_and_options: Any
+    model: type | Mapped,
+    count: int | str,
+    /,
+    *,
+    stacked: bool | str = False,
+    **dims_and_options: Any,
 ):
     """Declares `count` sub-models (a number or a dim name, e.g. `"L"`), each mapped and
     configured by `dims_and_options` as for `sm.submodel`.

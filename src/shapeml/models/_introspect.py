@@ -28,7 +28,9 @@ __all__ = [
 ]
 
 
-def _walk(m: Model, prefix: str = "", split: bool = True) -> Iterator[tuple[str, FieldSpec, object]]:
+def _walk(
+    m: Model, prefix: str = "", split: bool = True
+) -> Iterator[tuple[str, FieldSpec, object]]:
     """`(dotted name, declaration, value)` of every tensor. Stacked sub-models are listed layer
     by layer (`blocks.0.w`, a slice) with `split`, else as the pytree holds them (`blocks.w`,
     every layer): the names `tree_map_with_path` pairs with leaves."""

@@ -56,7 +56,9 @@ def check_stacked(name: str, value: Any, count: int) -> str | None:
     problems = _leaf_problems(value, (count,), f"{name}.")
     if not problems:
         return None
-    shown = "; ".join(problems[:4]) + (f" (and {len(problems) - 4} more)" if len(problems) > 4 else "")
+    shown = "; ".join(problems[:4]) + (
+        f" (and {len(problems) - 4} more)" if len(problems) > 4 else ""
+    )
     return f"{name}: stacked {count} x {type(value).__name__}, but {shown}"
 
 

@@ -3,7 +3,7 @@ stacked, each under a named remat policy; `nn.unstack` lists the layers of eithe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import jax
@@ -34,7 +34,7 @@ def _is_stacked(layers: Any) -> bool:
 
 def scan(
     body: Callable[[Any, C], C],
-    layers: Model | Sequence[Model],
+    layers: Any,  # a stacked model or a sequence of models: `_is_stacked` checks, with a code
     carry: C,
     *,
     remat: str | None = None,
@@ -82,7 +82,7 @@ def scan(
     return jax.lax.scan(one, carry, layers, unroll=unroll)[0]
 
 
-def unstack(layers: Model | Sequence[Model]) -> tuple[Model, ...]:
+def unstack(layers: Any) -> tuple[Model, ...]:
     """The layers of an `sm.submodels` field as a tuple, whether it is stored stacked or not
     (a stacked one is sliced: under `jax.jit` the slices cost nothing until used).
 

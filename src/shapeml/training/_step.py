@@ -196,6 +196,13 @@ class TrainStep:
         same class (E1207 if the optimizer keeps none)."""
         return averaged(self.model, self.opt)
 
+    @property
+    def loss_scale(self) -> float | None:
+        """The loss scale of a float16 `precision` now (halved after a step whose gradient was
+        not finite, which is skipped; doubled after `period` finite steps), else None."""
+        extra = self._shell.carry[2:]
+        return float(extra[0].scale) if extra else None
+
     def compiled_count(self) -> int:
         """How many distinct programs this step has compiled (1 in a healthy training run)."""
         return self._shell.compile_count
