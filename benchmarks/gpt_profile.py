@@ -2,7 +2,7 @@
 next to PyTorch's per-op profile of the same step (`benchmarks/gpt_step.py`'s contenders).
 
 Run: python benchmarks/gpt_profile.py [--batch 32] [--ctx 64] [--width 128] [--layers 2]
-     [--devices 1]
+     [--devices 1] [--scan] [--no-torch]
 Each table lists the busiest ops with their busy time per step summed over threads; the wall time
 per step is in its title (the profilers add some overhead to both).
 """
@@ -27,16 +27,19 @@ def main() -> None:
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--devices", type=int, default=None, help="shapeml's devices (default: all)")
+    p.add_argument("--scan", action="store_true", help="blocks stacked, one lax.scan")
+    p.add_argument("--no-torch", action="store_true")
     p.add_argument("--top", type=int, default=20)
     args = p.parse_args()
-    m = GPT.init(seed=0, V=96, D=args.width, H=4, L=args.layers, T=args.ctx)
+    dims = dict(V=96, D=args.width, H=4, L=args.layers, T=args.ctx)
+    m = GPT.init(seed=0, scan=args.scan, **dims)
     tokens = _tokens(args.batch, args.ctx, seed=1)
     step = shapeml_step(m, devices=args.devices)
     compiled = step.compiled(tokens)
     wall, rows = xla_fusions(compiled, lambda: step(tokens))
     size = f"L={args.layers} D={args.width} b={args.batch} T={args.ctx}"
     print(table(f"shapeml TrainStep, {size}", wall, rows, args.top))
-    if torch is not None:
+    if torch is not None and not args.no_torch:
         eager = TorchStep(m)
         t_tokens = torch.tensor(np.asarray(tokens)).long()
         wall, rows = torch_ops(lambda: eager(t_tokens))

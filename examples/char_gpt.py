@@ -6,9 +6,11 @@ nothing is downloaded), split 90/10 into training and validation text. Pre-norm 
 cosine and clipping. Shows a tqdm bar with the training and validation loss at every step, saves
 a checkpoint that `--resume` continues exactly, and samples text with the KV-cache decode.
 
-It runs the fast path by default: the blocks stored stacked and run by `nn.scan` (compiled once),
-the fused `nn.cross_entropy`, and each batch split over every CPU core (`TrainStep`'s default).
-`--remat full` and `--precision bfloat16` trade compute for memory.
+It runs the fast path by default: the blocks run by `nn.scan` (a Python loop over a tuple of
+blocks: at a few blocks the fastest step on CPU, see docs/performance.md; `--scan` stores them
+stacked and runs one `lax.scan`, compiled once whatever the depth), the fused `nn.cross_entropy`,
+and each batch split over every CPU core (`TrainStep`'s default). `--remat full` and `--precision
+bfloat16` trade compute for memory.
 
 Run: python examples/char_gpt.py [--steps 500] [--checkpoint char_gpt.safetensors] [--resume]
 """
@@ -45,16 +47,16 @@ class Block(sm.Model):
 
 
 class GPT(sm.Model):
-    """`V` characters, `L` blocks of width `D` with `H` heads, context `T`. The blocks are stored
-    stacked (one `Block` whose tensors have a leading `L`) unless `scan=False`: `nn.scan` then
-    compiles one block for all `L`, and checkpoints name them `blocks.0.*`, `blocks.1.*` either
-    way."""
+    """`V` characters, `L` blocks of width `D` with `H` heads, context `T`. The blocks are a tuple
+    unless `scan=True`, which stores them stacked (one `Block` whose tensors have a leading `L`):
+    `nn.scan` then compiles one block for all `L`. Checkpoints name them `blocks.0.*`,
+    `blocks.1.*` either way."""
 
     dims = sm.Dims(V=96, D=128, H=4, T=128, L=4)
     emb: nn.Embedding = sm.submodel(nn.Embedding)
     blocks: Block | tuple[Block, ...] = sm.submodels(Block, "L", stacked="scan")
     ln_f: nn.LayerNorm = sm.submodel(nn.LayerNorm)
-    scan: bool = sm.static(default=True)
+    scan: bool = sm.static(default=False)
 
 
 def block(blk: Block, x: Float[Array, "b t D"]) -> Float[Array, "b t D"]:
@@ -66,7 +68,7 @@ def block(blk: Block, x: Float[Array, "b t D"]) -> Float[Array, "b t D"]:
 @sm.shaped
 def forward(m: GPT, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]:
     """Next-character logits at every position (position `i` sees `0..i`)."""
-    x = nn.scan(block, m.blocks, m.emb(tokens))  # a `lax.scan` over stacked blocks
+    x = nn.scan(block, m.blocks, m.emb(tokens))  # a loop, or a `lax.scan` over stacked blocks
     return m.emb.logits(m.ln_f(x))
 
 
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--until", type=int, help="stop after this step (the schedule spans --steps)")
     p.add_argument("--sample", type=int, default=120, help="characters to generate (0: none)")
     p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-scan", action="store_true", help="store the blocks as a tuple")
+    p.add_argument("--scan", action="store_true", help="store the blocks stacked: lax.scan")
     p.add_argument("--remat", default=None, help='e.g. "full": recompute blocks in the backward')
     p.add_argument("--precision", default=None, help='"bfloat16" or "float16" compute')
     p.add_argument("--devices", type=int, default=None, help="1: one device (default: every core)")
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = Corpus()
     dims = dict(V=len(corpus.chars), D=args.width, H=args.heads, T=args.ctx, L=args.layers)
-    m = GPT.init(seed=args.seed, scan=not args.no_scan, **dims)
+    m = GPT.init(seed=args.seed, scan=args.scan, **dims)
     warm = max(1, args.steps // 20)
     schedule = optim.warmup(warm, optim.cosine(args.lr, max(1, args.steps - warm)))
     opt = optim.adamw(
