@@ -3,8 +3,8 @@
 Measured in one run, on `examples/char_gpt.py`'s model and loss through `TrainStep` (AdamW +
 clipping), batch 8 x context 64, width 128:
   compile   the time to trace, lower and compile the whole step (`TrainStep.compiled`) at 16 blocks
-            over 2 blocks, with the blocks stored stacked and run by `nn.scan` (the example's
-            default) and, for contrast, as a tuple run by a Python loop (the minimum of 3 builds
+            over 2 blocks, with the blocks stored stacked and run by `nn.scan` (`--scan` in the
+            example) and, for contrast, as a tuple run by a Python loop (the minimum of 3 builds
             each, interleaved);
   remat     the peak temporary memory of the 16-block step (`memory_analysis().temp_size_in_bytes`
             of the compiled program: activations kept for the backward pass, gradients and

@@ -1,18 +1,20 @@
 """The char-level GPT's training step (AdamW + clipping, warmup + cosine): shapeml vs raw JAX.
 
-Contenders, measured in one run, in interleaved rounds, median per step, at a few batch sizes and
-context lengths:
-  shapeml  `shapeml.training.TrainStep` over `examples/char_gpt.py`'s `loss`, a model of `nn`
-           layers (Embedding, LayerNorm, causal rotary MultiHeadAttention, MLP) and
+Contenders, measured in one run, in interleaved rounds, median per step, at 2 blocks of width 128
+with batch x context 8x64, 32x64 and 8x128, and at 4 blocks of width 256 with 16x128:
+  shapeml  `shapeml.training.TrainStep` over `examples/char_gpt.py`'s `loss` and model (its
+           defaults: blocks as a tuple, every CPU core a device), `nn` layers (Embedding,
+           LayerNorm, causal rotary MultiHeadAttention, MLP) and
            `optim.adamw(..., transforms=[optim.clip_norm(1.0)])`;
-  jax      the same math on a raw dict of arrays: `jax.jit` + optax (`clip_by_global_norm`, `adamw`
-           with a `join_schedules` warmup + cosine and the same no-decay mask), params and
-           optimizer state donated;
-  torch    PyTorch eager and `torch.compile`, when `import torch` works (it is not installed on
-           the reference machine: the script says so and measures the JAX ratio alone).
+  jax      the same math on a raw dict of arrays, as idiomatic JAX writes it: `jax.jit` + optax
+           (`clip_by_global_norm`, `adamw` with a `join_schedules` warmup + cosine and the same
+           no-decay mask), params and optimizer state donated, one device;
+  torch    PyTorch eager and `torch.compile`, when `import torch` works (otherwise the script says
+           so and measures the JAX ratio alone); `gpt_step_vs_torch` is against the faster.
 Before timing, the contenders train a few steps from the same weights on the same batches and their
 loss trajectories must agree, so the race is between the same computations.
-Run: python benchmarks/gpt_step.py [--quick]
+The last line is `gpt_step_vs_torch: ratio=X (budget 1.0)`, the worst size. See
+docs/performance.md. Run: python benchmarks/gpt_step.py [--quick]
 """
 
 from __future__ import annotations
