@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -91,13 +92,19 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # a shell's convention for a signal
 
 
-def _die_with_parent() -> None:
-    """In the child before it runs: killed when the launcher dies, so no process outlives it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _die_with_parent() -> Any:
+    """What each child runs before the command: have it killed when the launcher dies, so no
+    process outlives it (Linux; None elsewhere). libc is loaded here, in the launcher: between
+    fork and exec the child only makes the one `prctl` call."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    try:
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -153,18 +160,23 @@ def launch(
     out = sys.stdout if out is None else out
     procs: list[subprocess.Popen] = []
     readers: list[threading.Thread] = []
+    before_exec = _die_with_parent()
     try:
         for i in range(processes):
             settings = process_env(
                 i, processes, port, devices_per_process, os.environ if env is None else env
             )
-            p = subprocess.Popen(
-                command,
-                env=settings,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets the death signal
-            )
+            with warnings.catch_warnings():
+                # JAX warns at every fork once it runs threads; this child only sets its death
+                # signal before it execs the command (it never runs JAX in the forked copy).
+                warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
+                p = subprocess.Popen(
+                    command,
+                    env=settings,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    preexec_fn=before_exec,  # noqa: PLW1509 - only sets the death signal
+                )
             procs.append(p)
             readers.append(threading.Thread(target=_tag, args=(p.stdout, i, out), daemon=True))
             readers[-1].start()
