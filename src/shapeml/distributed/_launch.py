@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,6 @@ import sys
 import threading
 import time
 import typing
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -92,19 +92,24 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # a shell's convention for a signal
 
 
-def _die_with_parent() -> Any:
-    """What each child runs before the command: have it killed when the launcher dies, so no
-    process outlives it (Linux; None elsewhere). libc is loaded here, in the launcher: between
-    fork and exec the child only makes the one `prctl` call."""
-    if not sys.platform.startswith("linux"):
-        return None
-    import ctypes
+# Run in front of the command: asks Linux to kill the process when the launcher dies (the death
+# signal survives exec), then becomes the command. A small interpreter of its own rather than
+# `preexec_fn`, which forks the launcher's own (possibly multithreaded JAX) process.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
 
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return lambda: prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def _dying_with_parent(command: list[str]) -> list[str]:
+    """`command`, killed when the launcher dies (on Linux; elsewhere as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIE_WITH_PARENT, *command]
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -151,6 +156,11 @@ def launch(
         raise ArgumentError(
             "launch() got no command to run", fix='pass e.g. ["python", "train.py"]'
         )
+    if shutil.which(command[0]) is None:
+        raise ArgumentError(
+            f"launch() cannot run `{command[0]}`: no such program on PATH or file",
+            fix='pass the program first, e.g. ["python", "train.py"]',
+        )
     processes = integer("processes", processes, low=1, high=4096)
     if devices_per_process is not None:
         devices_per_process = integer("devices_per_process", devices_per_process, low=1, high=4096)
@@ -160,23 +170,17 @@ def launch(
     out = sys.stdout if out is None else out
     procs: list[subprocess.Popen] = []
     readers: list[threading.Thread] = []
-    before_exec = _die_with_parent()
     try:
         for i in range(processes):
             settings = process_env(
                 i, processes, port, devices_per_process, os.environ if env is None else env
             )
-            with warnings.catch_warnings():
-                # JAX warns at every fork once it runs threads; this child only sets its death
-                # signal before it execs the command (it never runs JAX in the forked copy).
-                warnings.filterwarnings("ignore", r"os\.fork\(\) was called", RuntimeWarning)
-                p = subprocess.Popen(
-                    command,
-                    env=settings,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    preexec_fn=before_exec,  # noqa: PLW1509 - only sets the death signal
-                )
+            p = subprocess.Popen(
+                _dying_with_parent(command),
+                env=settings,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
             procs.append(p)
             readers.append(threading.Thread(target=_tag, args=(p.stdout, i, out), daemon=True))
             readers[-1].start()
