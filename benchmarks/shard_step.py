@@ -1,7 +1,8 @@
 """Per-device bytes of params + optimizer state, and step time, for each rule table vs replicated;
 then the same per process in a job of 2 processes x 2 devices, and the checkpoint bytes each writes.
 
-Runs on 4 forced host CPU devices (set here, before JAX starts, unless XLA_FLAGS is already set).
+Runs on 4 forced host CPU devices (set here, before JAX starts, unless XLA_FLAGS already sets a
+device count).
 For each table the bytes are counted from the placed arrays (each device's shards), checked
 against `sm.memory_report`, and divided by the replicated layout's bytes: a table that splits
 every field over an axis of size n should hold 1/n (plus the replicated step count). Step times
@@ -26,7 +27,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+    ).strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
@@ -154,6 +158,13 @@ def process_worker(out: Path) -> None:
         placed = (sh.shard(m, mesh, rules), jax.device_put(opt, s.opt))
         result[table] = _process_bytes(placed)
         if table == "fsdp":
+            # what this process writes: one copy of each shard (replica 0), its devices' only
+            result["own"] = sum(
+                s.data.nbytes
+                for a in jax.tree.leaves(placed)
+                for s in a.addressable_shards
+                if s.replica_id == 0
+            )
             with distributed.CheckpointManager(out / "ckpt") as ckpt:
                 ckpt.save(1, *placed)
     arrays = out / "ckpt" / "1" / "arrays"
@@ -178,10 +189,14 @@ def multiprocess() -> None:
     for r, ratio in zip(rows, ratios):
         print(
             f"2 processes x 2 devices, process {r['process']}: {r['fsdp']:,} bytes of params + "
-            f"adamw state under fsdp = {ratio:.3f} of replicated ({r['replicated']:,}); its "
-            f"checkpoint files: {r['checkpoint']:,} bytes = {r['checkpoint'] / r['state']:.3f} "
-            f"of the whole state ({r['state']:,})"
+            f"adamw state under fsdp = {ratio:.3f} of replicated ({r['replicated']:,}); it "
+            f"writes {r['own']:,} bytes of shards = {r['own'] / r['state']:.3f} of the whole "
+            f"state ({r['state']:,}), as {r['checkpoint']:,} bytes of checkpoint files"
         )
+    print(
+        "(orbax compresses what it writes: the AdamW moments of a fresh optimizer are zeros, so "
+        "the files hold less than the shards)"
+    )
     print(f"multiprocess_memory_ratio: ratio={max(ratios):.3f} (budget {1 / 4 + 0.05:.2f})")
 
 

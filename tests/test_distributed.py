@@ -71,6 +71,9 @@ def test_shapeml_launch_runs_the_command_after_the_separator(capsys):
 def test_initialize_alone_is_a_single_process(monkeypatch):
     for k in ("SHAPEML_PROCESSES", "SHAPEML_PROCESS_ID", "SHAPEML_COORDINATOR"):
         monkeypatch.delenv(k, raising=False)
+    # a pod of Kubernetes without its client package: JAX's probe would warn; no cluster here
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setitem(sys.modules, "kubernetes", None)
     info = distributed.initialize()
     assert info == distributed.ProcessInfo(0, 1, jax.local_device_count(), jax.device_count(),
                                            "single process")  # fmt: skip

@@ -4,7 +4,6 @@ allocation (measured with tracemalloc)."""
 
 import json
 import tempfile
-import time
 import tracemalloc
 import warnings
 from pathlib import Path
@@ -49,7 +48,6 @@ def load_outcome(data: bytes, kind: str):
     TRIED[kind] += 1
     path = FOLDER / f"{kind}.safetensors"
     path.write_bytes(data)
-    start = time.perf_counter()
     tracemalloc.start()
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -62,7 +60,6 @@ def load_outcome(data: bytes, kind: str):
     finally:
         tracemalloc.stop()
     assert peak < MAX_PEAK, f"reading {len(data)} bytes allocated {peak:,}"
-    assert time.perf_counter() - start < 20
     for w in caught:
         assert isinstance(w.message, sm.ShapemlWarning), w.message
     if isinstance(result, sm.ShapemlError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -176,3 +177,54 @@ def test_jobs_of_two_processes_train_checkpoint_fail_and_resume_like_one_device(
 
 def params_of(arrays: dict, name: str) -> list[str]:
     return [k[len(name) + 1 :] for k in arrays if k.startswith(name + "/")]
+
+
+CLUSTER_SCRIPT = """
+from shapeml import distributed
+info = distributed.initialize(timeout=120)
+import numpy as np
+from jax.experimental import multihost_utils
+seen = multihost_utils.process_allgather(np.array([10 + info.index]))  # a collective across both
+print("RESULT", info.source, info.index, info.count, info.local_devices, info.devices,
+      *seen.ravel().tolist())
+"""
+
+
+def _free_port(low: int, high: int) -> int:
+    """A port in `low..high` on 127.0.0.1 that nothing listens on now."""
+    for port in np.random.default_rng().permutation(np.arange(low, high + 1)).tolist():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError(f"no free port in {low}..{high}")
+
+
+def test_the_same_script_joins_a_job_from_a_clusters_environment(tmp_path):
+    # Two processes given only SLURM's variables (as `srun --ntasks=2` sets them, both on this
+    # host), no launcher: `initialize()` reads them through JAX's own cluster detection, and
+    # the processes meet at the coordinator SLURM's settings name (port from the job id).
+    port = _free_port(61440, 65535)  # JAX's SLURM port: 61440 + the job id % 4096
+    env = _env(tmp_path / "cache", 1)
+    env.update(SLURM_JOB_ID=str(port - 61440), SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CLUSTER_SCRIPT],
+            env={**env, "SLURM_PROCID": str(i), "SLURM_LOCALID": str(i)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outs = [p.communicate(timeout=TIMEOUT) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, (out[-2000:], err[-3000:])
+    lines = sorted(ln for out, _ in outs for ln in out.splitlines() if ln.startswith("RESULT"))
+    assert lines == [f"RESULT cluster {i} 2 1 2 10 11" for i in range(2)], lines

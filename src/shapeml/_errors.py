@@ -57,6 +57,7 @@ _REGISTRY: dict[str, Explanation] = {}
 CODE_MODULES = (
     "shapeml._errors",
     "shapeml._index",
+    "shapeml._state_errors",
     "shapeml._shell",
     "shapeml._file_errors",
     "shapeml.models._limits",

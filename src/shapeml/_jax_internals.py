@@ -277,10 +277,16 @@ def backend_started() -> bool:
 def cluster_detected() -> bool:
     """Whether `jax.distributed.initialize()` would find a cluster's settings in the environment
     (SLURM, Open MPI, Kubernetes, Cloud TPU, ...), without starting anything."""
+    import warnings
+
     from jax._src import clusters
 
     envs = clusters.ClusterEnv._cluster_types  # as JAX's own detection: opt-in methods skipped
-    return any(not env.opt_in_only_method and env.is_env_present() for env in envs)
+    # A probe, not a join: in a Kubernetes pod without the `kubernetes` package JAX's check warns
+    # (and finds no cluster); a lone script there is a single process, silently.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return any(not env.opt_in_only_method and env.is_env_present() for env in envs)
 
 
 def distributed_client_started() -> bool:

@@ -51,14 +51,21 @@ def add_parser(subparsers) -> None:
         "address (127.0.0.1 and a free port), the process count and its index in its "
         "environment; `shapeml.distributed.initialize()` in the script reads them. Output lines "
         "are tagged [i]. When one process fails the others are stopped after --grace seconds.",
+        epilog="example: shapeml launch --processes 2 --devices-per-process 2 -- python "
+        "train.py --steps 100. On a cluster (SLURM, Open MPI, Kubernetes, Cloud TPU) run the "
+        "script itself the cluster's way (srun python train.py): initialize() reads the "
+        "cluster's settings. See docs/scaling.md, 'Several processes'.",
     )
-    p.add_argument("--processes", type=count(high=4096), default=2, help="processes (default 2)")
+    p.add_argument(
+        "--processes", type=count(high=4096), default=2, metavar="N", help="processes (default 2)"
+    )
     p.add_argument(
         "--devices-per-process",
         type=count(high=4096),
         default=None,
         metavar="N",
-        help="force N host CPU devices in each process (JAX on CPU; default: as JAX finds them)",
+        help="force N host CPU devices in each process (testing on CPU; default: what XLA_FLAGS "
+        "sets, else one CPU device per process)",
     )
     p.add_argument(
         "--port",

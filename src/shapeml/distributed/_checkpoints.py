@@ -60,7 +60,14 @@ class CheckpointManager:
     Every process of a job builds the same manager and calls `save` with the same step: each
     writes only the shards its devices hold, in the background (`save` returns once the arrays
     are copied off the devices). `restore` reads each array straight onto the shardings of a
-    mesh and rule table, which need not be the ones it was saved with.
+    mesh and rule table, which need not be the ones it was saved with (another table, mesh
+    kind or process count). A step is listed and restored only once every process has written
+    it: a save cut short by a crash is never taken as complete. `train(..., checkpoint=ckpt,
+    checkpoint_every=N, resume=True)` saves through it and resumes from its latest step.
+
+    Use it for a job of several processes or a model past one host's memory; for a model that
+    fits one host, in one process, `sm.save` / `sm.load` (one safetensors file) is simpler.
+    Needs orbax-checkpoint (`pip install 'shapeml[distributed]'`).
 
     Args:
         directory: where the steps go (made if missing; the same path for every process).
@@ -71,6 +78,7 @@ class CheckpointManager:
         >>> ckpt = distributed.CheckpointManager("run/ckpt", keep=3)
         >>> ckpt.save(100, step.model, step.opt)
         >>> m, opt = ckpt.restore_training(Spotter, mesh=mesh, rules={"D": "data"})
+        >>> ckpt.close()                # or `with distributed.CheckpointManager(...) as ckpt:`
 
     Raises:
         OrbaxMissingError: (E2204) when orbax-checkpoint is not installed.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,13 +92,24 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # a shell's convention for a signal
 
 
-def _die_with_parent() -> None:
-    """In the child before it runs: killed when the launcher dies, so no process outlives it."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+# Run in front of the command: asks Linux to kill the process when the launcher dies (the death
+# signal survives exec), then becomes the command. A small interpreter of its own rather than
+# `preexec_fn`, which forks the launcher's own (possibly multithreaded JAX) process.
+_DIE_WITH_PARENT = (
+    "import ctypes, os, signal, sys\n"
+    "try:\n"
+    "    ctypes.CDLL('libc.so.6', use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG\n"
+    "except (OSError, AttributeError):\n"
+    "    pass\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])\n"
+)
 
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def _dying_with_parent(command: list[str]) -> list[str]:
+    """`command`, killed when the launcher dies (on Linux; elsewhere as it is)."""
+    if not sys.platform.startswith("linux"):
+        return command
+    return [sys.executable, "-c", _DIE_WITH_PARENT, *command]
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -144,6 +156,11 @@ def launch(
         raise ArgumentError(
             "launch() got no command to run", fix='pass e.g. ["python", "train.py"]'
         )
+    if shutil.which(command[0]) is None:
+        raise ArgumentError(
+            f"launch() cannot run `{command[0]}`: no such program on PATH or file",
+            fix='pass the program first, e.g. ["python", "train.py"]',
+        )
     processes = integer("processes", processes, low=1, high=4096)
     if devices_per_process is not None:
         devices_per_process = integer("devices_per_process", devices_per_process, low=1, high=4096)
@@ -159,11 +176,10 @@ def launch(
                 i, processes, port, devices_per_process, os.environ if env is None else env
             )
             p = subprocess.Popen(
-                command,
+                _dying_with_parent(command),
                 env=settings,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only sets the death signal
             )
             procs.append(p)
             readers.append(threading.Thread(target=_tag, args=(p.stdout, i, out), daemon=True))

@@ -12,6 +12,7 @@ from .._index import StateIndexTypeError as StateIndexTypeError
 from .._index import assume_in_bounds as assume_in_bounds
 from .._index import check_index as check_index
 from .._index import span as span
+from .._kvcache import KVCache as KVCache
 from ._body import StateView as StateView
 from ._decl import param as param
 from ._decl import state as state
@@ -27,7 +28,6 @@ from ._errors import WeightWriteError as WeightWriteError
 from ._graph import Graph as Graph
 from ._handles import ParamHandle as ParamHandle
 from ._handles import StateHandle as StateHandle
-from ._kvcache import KVCache as KVCache
 
 __all__ = [
     "Graph",

@@ -1,11 +1,14 @@
 """The errors of `shapeml.state` (codes E1403..E1499), each with its long explanation. The index
-errors (E1401, E1402) belong to the core's index checks, `shapeml._index`."""
+errors (E1401, E1402) belong to the core's index checks (`shapeml._index`), the write and
+allocation errors (E1403, E1412) to the core's device-resident state (`shapeml._state_errors`),
+which `KVCache` shares."""
 
 from __future__ import annotations
 
 from .._errors import ShapemlError
 from .._index import StateIndexError, StateIndexTypeError
 from .._shell import StepInputError as GraphInputError
+from .._state_errors import StateAllocationError, StateWriteError
 
 __all__ = [
     "GraphBodyError",
@@ -20,16 +23,6 @@ __all__ = [
     "UnboundParamError",
     "WeightWriteError",
 ]
-
-_WRITE = """
-A write into a state must have exactly the shape and dtype of the part of the state it replaces;
-nothing is broadcast or cast silently, because a silent cast (float64 into a float32 cache, or a
-float into an int8 cache) is a bug that only shows much later. The check runs when the body is
-traced, so it costs nothing per call.
-
-    self.total[pos] = new                      # new: (width,), same dtype as total
-    self.total[pos] = new.astype(jnp.float32)  # when new has another dtype
-"""
 
 _UNBOUND = """
 A weight declared by shape (`param((D, F))`) has no value until `graph.load_state_dict({...})`
@@ -73,16 +66,6 @@ A `Graph` subclass must define `body(self, *inputs, **per_call)`, the function c
 every call; its result must be a pytree of arrays, and it may not call the graph itself (call
 helper functions instead).
 """
-
-
-class StateWriteError(
-    ShapemlError,
-    ValueError,
-    code="E1403",
-    title="state write of the wrong shape or dtype",
-    explanation=_WRITE,
-):
-    pass
 
 
 class UnboundParamError(
@@ -138,25 +121,5 @@ class WeightWriteError(
 
 class GraphBodyError(
     ShapemlError, TypeError, code="E1409", title="graph has no valid body", explanation=_BODY
-):
-    pass
-
-
-_ALLOC = """
-A state (or a `KVCache`) was declared larger than the memory it is to be kept in: the host or the
-device refused to allocate it. Nothing was allocated and nothing changed; the declaration named in
-the message (its shape, dtype and size in bytes) is the one to shrink.
-
-    self.cache = state((10**12, 16))     # 64 TB: E1412 on the first call
-    self.cache = state((4096, 16))       # rows the call will actually index
-"""
-
-
-class StateAllocationError(
-    ShapemlError,
-    MemoryError,
-    code="E1412",
-    title="state too large to allocate",
-    explanation=_ALLOC,
 ):
     pass

@@ -14,9 +14,10 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ... import nn
 from ..._errors import ArgumentTypeError
+from ..._index import StateIndexError
+from ..._kvcache import KVCache
 from ..._shaped import shaped
 from ..._validate import instance, integer, real, shorten
-from ...state import KVCache, StateIndexError
 from ..transformer import _check_prompt, _pick
 from ._model import GPT2, positions
 

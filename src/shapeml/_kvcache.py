@@ -22,10 +22,10 @@ import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
-from .._errors import ArgumentTypeError
-from .._index import check_index
-from .._validate import held_dtype, instance, integer, shorten
-from ._errors import StateAllocationError, StateWriteError
+from ._errors import ArgumentTypeError
+from ._index import check_index
+from ._state_errors import StateAllocationError, StateWriteError
+from ._validate import held_dtype, instance, integer, shorten
 
 __all__ = ["KVCache"]
 

@@ -1,0 +1,137 @@
+"""Every `nn` layer and the zoo's models on an Explicit mesh (JAX's sharding in types, what
+`jax.make_mesh` makes by default): placed by the names the user wrote, trained by `TrainStep`,
+equal to one device.
+
+One subprocess of 4 forced host devices (the XLA flag must be set before JAX starts). The Spotter
+on both mesh kinds, in one and in two processes, is in test_multiprocess.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, warnings
+    warnings.simplefilter("error")
+    import jax
+    jax.config.update("jax_numpy_rank_promotion", "raise")
+    import jax.numpy as jnp
+    import numpy as np
+    from jax.sharding import AxisType
+    import shapeml as sm
+    from shapeml import nn, optim, sharding as sh
+    from shapeml.training import TrainStep
+    from shapeml.zoo import gpt2, transformer
+
+    class Every(sm.Model):
+        # every layer of shapeml.nn, declared in this model's names
+        dims = sm.Dims(C=4, V=32, T=8, D=16, H=2, F="2 * D")
+        conv: nn.Conv2d = sm.submodel(nn.Conv2d, Ci=1, Co="C", padding=1)
+        bn: nn.BatchNorm = sm.submodel(nn.BatchNorm)
+        maxpool: nn.MaxPool2d = sm.submodel(nn.MaxPool2d)
+        avgpool: nn.AvgPool2d = sm.submodel(nn.AvgPool2d)
+        proj: nn.Linear = sm.submodel(nn.Linear, In="4 * C", Out="D")
+        embed: nn.Embedding = sm.submodel(nn.Embedding)
+        ln: nn.LayerNorm = sm.submodel(nn.LayerNorm)
+        attn: nn.MultiHeadAttention = sm.submodel(nn.MultiHeadAttention, causal=True)
+        rms: nn.RMSNorm = sm.submodel(nn.RMSNorm)
+        mlp: nn.MLP = sm.submodel(nn.MLP)
+        drop: nn.Dropout = sm.submodel(nn.Dropout, rate=0.25)
+
+    def every_loss(m, img, tok):
+        x, bn = m.bn(m.conv(img), train=True)                      # [b C 8 8]
+        x = m.avgpool(m.maxpool(jax.nn.relu(x)))                   # [b C 2 2]
+        feat = m.proj(x.reshape(x.shape[0], -1))                   # [b D]
+        h = m.embed(tok[:, :-1]) + feat[:, None, :]
+        h = h + m.attn(m.ln(h))
+        h = h + m.drop(m.mlp(m.rms(h)), key=jax.random.key(7))
+        logp = jax.nn.log_softmax(m.embed.logits(h), axis=-1)
+        nll = -jnp.mean(jnp.take_along_axis(logp, tok[:, 1:, None], axis=-1))
+        return nll, m.replace(bn=bn)                               # the running statistics
+
+    rng = np.random.default_rng(0)
+    def filled(make):  # values drawn here: Model.init would compile an init program
+        return jax.tree.map(
+            lambda s: jnp.asarray((rng.standard_normal(s.shape) * 0.2).astype(s.dtype)),
+            jax.eval_shape(make))
+
+    every = filled(lambda: Every.init(seed=0))
+    every = every.replace(bn=every.bn.replace(var=jnp.ones(4)))
+    img = rng.standard_normal((8, 1, 8, 8)).astype(np.float32)
+    tok = rng.integers(0, 32, (8, 9)).astype(np.int32)
+    gpt_tok = rng.integers(0, 32, (8, 16)).astype(np.int32)
+    CASES = {  # name: (model, loss, has_aux, batch, rules by the names the user wrote)
+        "nn": (every, every_loss, True, (img, tok),
+               {"C": "model", "D": "data", "H": "model", "F": "model"}),
+        "transformer": (filled(lambda: transformer.Transformer.init(seed=0, T=16)),
+                        transformer.loss, False, (gpt_tok,),
+                        {"D": "data", "H": "model", "F": "model"}),
+        "gpt2": (filled(lambda: gpt2.GPT2.init(seed=0, V=32, T=16, D=16, H=2, L=1)),
+                 gpt2.loss, False, (gpt_tok,), {"V": "data", "F": "model"}),
+    }
+    mesh = sh.make_mesh("data=2,model=2", axis_types="explicit")
+    out = {}
+    for name, (m, loss, aux, batch, rules) in CASES.items():
+        specs = jax.tree.leaves(sh.partition_specs(m, rules))
+        placed = sm.shard(m, mesh, rules)
+        runs = {}
+        for where in ("mesh", "one"):
+            kw = dict(mesh=mesh, rules=rules) if where == "mesh" else {}
+            step = TrainStep(loss, m, optim.sgd(m, lr=0.05, momentum=0.9), has_aux=aux, **kw)
+            losses = [float(step(*batch)) for _ in range(2)]
+            runs[where] = (losses, step.model)
+        (got, gm), (want, wm) = runs["mesh"], runs["one"]
+        kinds = lambda t: sorted({a.name for x in jax.tree.leaves(t)
+                                  for a in x.sharding.mesh.axis_types})
+        diff = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
+                   for a, b in zip(jax.tree.leaves(gm), jax.tree.leaves(wm)))
+        out[name] = {
+            "split": sorted({a for s in specs for e in s
+                             for a in ((e,) if isinstance(e, str) else e or ())}),
+            "shard_kinds": kinds(placed),
+            "shard_layout": all(x.sharding.spec == s for x, s in zip(jax.tree.leaves(placed), specs)),
+            "step_kinds": kinds(gm),
+            "step_layout": all(x.sharding.spec == s for x, s in zip(jax.tree.leaves(gm), specs)),
+            "losses": [got, want],
+            "params_diff": diff,
+        }
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHAPEML_", "XLA_", "JAX_"))}
+    env["JAX_PLATFORMS"] = "cpu"
+    # XLA's cheaper CPU compile: compiling six steps is this test's time; the numbers are the same
+    env["XLA_FLAGS"] = (
+        "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
+        "--xla_llvm_disable_expensive_passes=true"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
+    return json.loads(line[len("RESULT") :])
+
+
+@pytest.mark.parametrize("case", ["nn", "transformer", "gpt2"])
+def test_on_an_explicit_mesh_placed_by_the_rules_and_trained_like_one_device(result, case):
+    r = result[case]
+    # the rules split both mesh axes, sm.shard and the step keep the layout and the mesh kind
+    assert r["split"] == ["data", "model"], r
+    assert r["shard_kinds"] == r["step_kinds"] == ["Explicit"], r
+    assert r["shard_layout"] and r["step_layout"], r
+    got, want = r["losses"]
+    assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, want)), r["losses"]
+    assert got[0] != got[1]  # the step changed the model
+    assert r["params_diff"] < 1e-5, r["params_diff"]
