@@ -6,6 +6,12 @@ nothing is downloaded), split 90/10 into training and validation text. Pre-norm 
 cosine and clipping. Shows a tqdm bar with the training and validation loss at every step, saves
 a checkpoint that `--resume` continues exactly, and samples text with the KV-cache decode.
 
+It runs the fast path by default: the blocks run by `nn.scan` (a Python loop over a tuple of
+blocks: at a few blocks the fastest step on CPU, see docs/performance.md; `--scan` stores them
+stacked and runs one `lax.scan`, compiled once whatever the depth), the fused `nn.cross_entropy`,
+and each batch split over every CPU core (`TrainStep`'s default). `--remat full` and `--precision
+bfloat16` trade compute for memory.
+
 Run: python examples/char_gpt.py [--steps 500] [--checkpoint char_gpt.safetensors] [--resume]
 """
 
@@ -41,35 +47,41 @@ class Block(sm.Model):
 
 
 class GPT(sm.Model):
-    """`V` characters, `L` blocks of width `D` with `H` heads, context `T`."""
+    """`V` characters, `L` blocks of width `D` with `H` heads, context `T`. The blocks are a tuple
+    unless `scan=True`, which stores them stacked (one `Block` whose tensors have a leading `L`):
+    `nn.scan` then compiles one block for all `L`. Checkpoints name them `blocks.0.*`,
+    `blocks.1.*` either way."""
 
     dims = sm.Dims(V=96, D=128, H=4, T=128, L=4)
     emb: nn.Embedding = sm.submodel(nn.Embedding)
-    blocks: tuple[Block, ...] = sm.submodels(Block, "L")
+    blocks: Block | tuple[Block, ...] = sm.submodels(Block, "L", stacked="scan")
     ln_f: nn.LayerNorm = sm.submodel(nn.LayerNorm)
+    scan: bool = sm.static(default=False)
+
+
+def block(blk: Block, x: Float[Array, "b t D"]) -> Float[Array, "b t D"]:
+    """One pre-norm block: `x + attn(ln1(x))`, then `x + mlp(ln2(x))`."""
+    x = x + blk.attn(blk.ln1(x))
+    return x + blk.mlp(blk.ln2(x))
 
 
 @sm.shaped
 def forward(m: GPT, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]:
     """Next-character logits at every position (position `i` sees `0..i`)."""
-    x = m.emb(tokens)
-    for blk in m.blocks:
-        x = x + blk.attn(blk.ln1(x))
-        x = x + blk.mlp(blk.ln2(x))
+    x = nn.scan(block, m.blocks, m.emb(tokens))  # a loop, or a `lax.scan` over stacked blocks
     return m.emb.logits(m.ln_f(x))
 
 
 @sm.shaped
 def loss(m: GPT, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
     """Mean cross-entropy of `tokens[:, 1:]` given the characters before them."""
-    logp = jax.nn.log_softmax(forward(m, tokens[:, :-1]), axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+    return nn.cross_entropy(forward(m, tokens[:, :-1]), tokens[:, 1:])
 
 
 def step(m: GPT, cache: KVCache, tokens, pos) -> tuple[jax.Array, KVCache]:
     """`n` new characters at positions `pos ..` against the cache: a prefill or a decode step."""
     x = m.emb(tokens)
-    for layer, blk in enumerate(m.blocks):
+    for layer, blk in enumerate(nn.unstack(m.blocks)):
         a, cache = blk.attn.step(blk.ln1(x), cache, layer, pos)
         x = x + a
         x = x + blk.mlp(blk.ln2(x))
@@ -85,7 +97,7 @@ def generate(m: GPT, prompt: Int[Array, " n"], steps: int, key, temperature: flo
             f"a prompt of {n} characters and {steps} more exceed the context T={m.dims.T}",
             fix=f"sample at most {m.dims.T - n} characters",
         )
-    cache = m.blocks[0].attn.new_cache(layers=m.dims.L, batch=1)
+    cache = nn.unstack(m.blocks)[0].attn.new_cache(layers=m.dims.L, batch=1)
     logits, cache = step(m, cache, prompt[None], 0)
 
     def body(i, carry):
@@ -142,12 +154,16 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--until", type=int, help="stop after this step (the schedule spans --steps)")
     p.add_argument("--sample", type=int, default=120, help="characters to generate (0: none)")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--scan", action="store_true", help="store the blocks stacked: lax.scan")
+    p.add_argument("--remat", default=None, help='e.g. "full": recompute blocks in the backward')
+    p.add_argument("--precision", default=None, help='"bfloat16" or "float16" compute')
+    p.add_argument("--devices", type=int, default=None, help="1: one device (default: every core)")
     args = p.parse_args(argv)
     from tqdm import tqdm
 
     corpus = Corpus()
     dims = dict(V=len(corpus.chars), D=args.width, H=args.heads, T=args.ctx, L=args.layers)
-    m = GPT.init(seed=args.seed, **dims)
+    m = GPT.init(seed=args.seed, scan=args.scan, **dims)
     warm = max(1, args.steps // 20)
     schedule = optim.warmup(warm, optim.cosine(args.lr, max(1, args.steps - warm)))
     opt = optim.adamw(
@@ -157,7 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.resume and ckpt.exists():
         m, opt = sm.load_checkpoint(ckpt, GPT, like=opt)
         print(f"resumed from {ckpt} at step {int(opt.step)}")
-    train = TrainStep(loss, m, opt)
+    fast = dict(devices=args.devices, precision=args.precision, remat=args.remat)
+    train = TrainStep(loss, m, opt, **fast)
     val_loss = jax.jit(loss)
     first = int(opt.step)
     history: list[tuple[int, float, float]] = []

@@ -1,7 +1,13 @@
-"""Suite-wide settings: strict numerics (no silent rank promotion) and a key fixture."""
+"""Suite-wide settings: strict numerics (no silent rank promotion), one CPU device, a key fixture."""
 
-import jax
-import pytest
+import os
+
+# `import shapeml` makes every core a JAX device unless told not to: the suite runs on one device
+# (its subprocesses inherit this), and tests of that default set the environment they need.
+os.environ["SHAPEML_CPU_DEVICES"] = "1"
+
+import jax  # noqa: E402
+import pytest  # noqa: E402
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

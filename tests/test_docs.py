@@ -41,6 +41,7 @@ GUIDE_PAGES = [
     "int8.md",
     "gpt2.md",
     "testing.md",
+    "performance.md",
     "errors.md",
 ]
 

@@ -6,6 +6,7 @@ Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`
 `shapeml.data`, `shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
+from . import _cores as _cores  # first: makes the CPU cores JAX devices before JAX's backend starts
 from . import _moved
 from . import data as data
 from . import distributed as distributed
@@ -18,6 +19,8 @@ from . import sharding as sharding
 from . import state as state
 from . import testing as testing
 from . import training as training
+from ._cores import CpuDevices as CpuDevices
+from ._cores import cpu_devices as cpu_devices
 from ._dead_params import DeadParamWarning as DeadParamWarning
 from ._errors import ArgumentError as ArgumentError
 from ._errors import ArgumentTypeError as ArgumentTypeError
@@ -29,6 +32,7 @@ from ._grad import Grad as Grad
 from ._grad import grad as grad
 from ._grad import norm as norm
 from ._grad import value_and_grad as value_and_grad
+from ._precision import Precision as Precision
 from ._shaped import ShapeCheckError as ShapeCheckError
 from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
@@ -71,6 +75,8 @@ __all__ = [
     "buffer",
     "buffers",
     "count_params",
+    "cpu_devices",
+    "CpuDevices",
     "data",
     "DeadParamWarning",
     "Dims",
@@ -99,6 +105,7 @@ __all__ = [
     "ones",
     "optim",
     "param",
+    "Precision",
     "params",
     "save",
     "save_checkpoint",

@@ -189,6 +189,12 @@ class Shell:
         out, self._carry = program.step(*self._model, *self._carry, *dynamic)
         return jax.tree.unflatten(program.out_def, out)
 
+    def compiled(self, *inputs, **kwargs) -> Any:
+        """The compiled step for these inputs (compiling it if needed, running nothing): a
+        `jax.stages.Compiled`, whose `memory_analysis()`, `cost_analysis()` and `as_text()` show
+        what XLA runs."""
+        return self._program(inputs, kwargs)[0].step
+
     def check(self, *inputs, **kwargs) -> None:
         """Runs only the step's checks for these inputs (compiling it if needed): raises what a
         call would raise, and runs nothing else."""

@@ -171,8 +171,15 @@ def _hint_text(hint: Any, optional: bool) -> str:
 
 
 def _check_when(owner: str, fields: Mapping[str, FieldSpec], statics: Mapping[str, Any]) -> None:
-    """Every `when=` names static fields of the model (E0905 otherwise)."""
+    """Every `when=` (and `stacked=` switch) names static fields of the model (E0905 otherwise)."""
     for name, spec in fields.items():
+        if isinstance(spec.stacked, str) and spec.stacked not in statics:
+            raise FieldDeclarationError(
+                f"`{owner}.{name}` is stacked when `{spec.stacked}` is set, but `{owner}` has no "
+                f"static field `{spec.stacked}` (static fields: {', '.join(statics) or 'none'})",
+                fix=similar(spec.stacked, statics, what="static field")
+                or f"declare it: `{spec.stacked}: bool = sm.static(default=True)`",
+            )
         for k, _ in spec.when:
             if k not in statics:
                 raise FieldDeclarationError(

@@ -16,6 +16,7 @@ from .._validate import held_dtype, integer, shorten
 from ._dims import Dims
 from ._fields import FieldSpec
 from ._mapped import child_dims
+from ._stacked import check_stacked, stack, unstack
 
 __all__ = ["check_fields", "describe_spec", "dims_str", "key_of", "statics_of"]
 
@@ -96,7 +97,8 @@ def check_fields(
             why = "None given" if name in values else "missing"
             problems.append(f"{name}: {why} ({describe_spec(spec, dims)})")
             continue
-        stored[name], problem = check_value(cls.__name__, name, spec, value, dims)
+        stacked = spec.kind == "submodels" and spec.stacked_in(statics)
+        stored[name], problem = check_value(cls.__name__, name, spec, value, dims, stacked)
         if problem:
             problems.append(problem)
     return stored, problems
@@ -109,17 +111,27 @@ def _what(value: Any) -> str:
     return type(value).__name__
 
 
-def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
-    """Returns (value to store, problem or None)."""
+def check_value(
+    owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims, stacked: bool = False
+):
+    """Returns (value to store, problem or None). Sub-models stored `stacked` may be given as a
+    tuple of layers (checked, then stacked) or as one stacked model (checked as it is)."""
     if spec.kind == "submodel":
         return check_child(owner, name, spec, value, dims)
     if spec.kind == "submodels":
+        count = spec.count_in(dims)
+        if stacked and isinstance(value, spec.model):
+            value, problem = check_child(owner, name, spec, value, dims)
+            return value, problem or check_stacked(name, value, count)
+        if not stacked and isinstance(value, spec.model):  # stacked layers, given unstacked
+            value, problem = check_child(owner, name, spec, value, dims)
+            problem = problem or check_stacked(name, value, count)
+            return (value, problem) if problem else (unstack(value, count), None)
         if not isinstance(value, (tuple, list)):
             return (
                 value,
                 f"{name}: expected a tuple of {spec.model.__name__}, got {type(value).__name__}",
             )
-        count = spec.count_in(dims)
         if len(value) != count:
             return tuple(value), (
                 f"{name}: expected {count} x {spec.model.__name__} ({spec.count}={count}), "
@@ -127,7 +139,17 @@ def check_value(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
             )
         checked = [check_child(owner, f"{name}.{i}", spec, v, dims) for i, v in enumerate(value)]
         problems = [p for _, p in checked if p]
-        return tuple(v for v, _ in checked), ("; ".join(problems) or None)
+        layers = tuple(v for v, _ in checked)
+        if stacked and not problems and count:
+            first = jax.tree.structure(layers[0])
+            odd = [i for i, v in enumerate(layers) if jax.tree.structure(v) != first]
+            if odd:
+                return layers, (
+                    f"{name}: layer {odd[0]} differs from layer 0 in its options or optional "
+                    "tensors, so the layers cannot be stacked"
+                )
+            return stack(layers), None
+        return layers, ("; ".join(problems) or None)
     expected = spec.shape_in(dims)
     if spec.dtype.itemsize == 8:  # a 64-bit dtype: held as declared only with jax_enable_x64
         held_dtype(spec.dtype, f"`{owner}.{name}`")

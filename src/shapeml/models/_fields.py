@@ -72,6 +72,9 @@ class FieldSpec:
     mapped: Mapped | None = None  # a sub-model's class, dims mapping and options
     # (static field, value) pairs that must all hold for the tensor to be present; () = always
     when: tuple[tuple[str, Any], ...] = ()
+    # submodels only: stored stacked (one sub-model whose every tensor has a leading axis of
+    # `count`): True, False, or the name of a bool static field of the parent that decides
+    stacked: bool | str = False
 
     @property
     def optional(self) -> bool:
@@ -103,6 +106,12 @@ class FieldSpec:
 
     def count_in(self, dims: Mapping[str, int]) -> int:
         return evaluate(self.count, dims, "submodels count")
+
+    def stacked_in(self, statics: Mapping[str, Any]) -> bool:
+        """Whether a parent with these static values stores these sub-models stacked."""
+        if isinstance(self.stacked, str):
+            return statics.get(self.stacked) is True
+        return self.stacked
 
 
 def _declare(spec: FieldSpec):
@@ -204,9 +213,31 @@ def submodel(model: type | Mapped, /, **dims_and_options: Any):
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
-def submodels(model: type | Mapped, count: int | str, /, **dims_and_options: Any):
-    """Declares a tuple of `count` sub-models (a number or a dim name, e.g. `"L"`), each mapped
-    and configured by `dims_and_options` as for `sm.submodel`."""
+def submodels(
+    model: type | Mapped,
+    count: int | str,
+    /,
+    *,
+    stacked: bool | str = False,
+    **dims_and_options: Any,
+):
+    """Declares `count` sub-models (a number or a dim name, e.g. `"L"`), each mapped and
+    configured by `dims_and_options` as for `sm.submodel`.
+
+    By default they are a tuple. With `stacked=True` they are stored as one sub-model whose every
+    tensor has a leading axis of `count` (layer `i` is `x[i]` of each tensor), which
+    `nn.scan` runs with `jax.lax.scan`: the layer is compiled once, whatever the count, and the
+    optimizer updates one tensor per field instead of `count`. `stacked="scan"` lets the parent's
+    bool static field `scan` decide per instance (`GPT.init(seed=0, scan=False)`). Names,
+    checkpoints and seeds are the same either way: `sm.params(m)` and `sm.save` list
+    `blocks.0.w1`, `blocks.1.w1`, ..., layer `i` draws the values it draws unstacked, and a
+    checkpoint saved from either storage loads into the other. The model is built from a tuple of
+    sub-models (stacked on construction) or from one stacked sub-model.
+
+    Example:
+        >>> blocks: Block = sm.submodels(Block, "L", stacked=True)
+        >>> x = nn.scan(lambda blk, x: blk(x), m.blocks, x)     # or `for blk in m.blocks` unstacked
+    """
     if not isinstance(count, str) and (
         type(count) is not int or not 0 <= count <= 2**62  # bools, floats, negatives
     ):
@@ -214,8 +245,15 @@ def submodels(model: type | Mapped, count: int | str, /, **dims_and_options: Any
             f"sm.submodels(..., count={count!r}): count must be a whole number >= 0 or a dim name",
             fix='write e.g. sm.submodels(Block, "L") with L a dim, or sm.submodels(Block, 2)',
         )
+    if not (type(stacked) is bool or (isinstance(stacked, str) and stacked.isidentifier())):
+        raise FieldDeclarationError(
+            f"sm.submodels(..., stacked={stacked!r}): stacked is True, False or the name of a "
+            "bool static field of the parent",
+            fix='write stacked=True, or stacked="scan" with `scan: bool = sm.static(default=True)`',
+        )
     mapped = _as_mapped("submodels", model, dims_and_options)
-    return _declare(FieldSpec("submodels", model=mapped.model, count=count, mapped=mapped))
+    spec = FieldSpec("submodels", model=mapped.model, count=count, mapped=mapped, stacked=stacked)
+    return _declare(spec)
 
 
 def static(default: Any = dataclasses.MISSING):

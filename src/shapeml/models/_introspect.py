@@ -14,6 +14,7 @@ from ._checks import statics_of
 from ._fields import FieldSpec
 from ._mapped import child_dims
 from ._model import Model
+from ._stacked import count_of, is_stacked, layer
 
 __all__ = [
     "buffers",
@@ -27,14 +28,25 @@ __all__ = [
 ]
 
 
-def _walk(m: Model, prefix: str = "") -> Iterator[tuple[str, FieldSpec, object]]:
+def _walk(
+    m: Model, prefix: str = "", split: bool = True
+) -> Iterator[tuple[str, FieldSpec, object]]:
+    """`(dotted name, declaration, value)` of every tensor. Stacked sub-models are listed layer
+    by layer (`blocks.0.w`, a slice) with `split`, else as the pytree holds them (`blocks.w`,
+    every layer): the names `tree_map_with_path` pairs with leaves."""
     for name, spec in type(m).__shapeml_fields__.items():
         value = getattr(m, name)
         if spec.kind == "submodel":
-            yield from _walk(value, f"{prefix}{name}.")
+            yield from _walk(value, f"{prefix}{name}.", split)
         elif spec.kind == "submodels":
-            for i, child in enumerate(value):
-                yield from _walk(child, f"{prefix}{name}.{i}.")
+            if not is_stacked(spec, value):
+                for i, child in enumerate(value):
+                    yield from _walk(child, f"{prefix}{name}.{i}.", split)
+            elif not split:
+                yield from _walk(value, f"{prefix}{name}.", split)
+            else:
+                for i in range(count_of(value, spec.count_in(m.dims))):
+                    yield from _walk(layer(value, i), f"{prefix}{name}.{i}.", split)
         elif value is not None or not spec.optional:  # an absent optional tensor is no entry
             yield prefix + name, spec, value
 
@@ -75,7 +87,7 @@ def decays(m: Model) -> dict[str, bool]:
 
     `m` may be a params-only tree (buffers None), as an optimizer's gradients and updates are.
     """
-    return {name: spec.decay for name, spec, _ in _walk(m) if spec.kind == "param"}
+    return {name: spec.decay for name, spec, _ in _walk(m, split=False) if spec.kind == "param"}
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -91,7 +103,12 @@ def statics(m: Model) -> dict[str, object]:
         if spec.kind == "submodel":
             pairs = [(name, getattr(m, name))]
         elif spec.kind == "submodels":
-            pairs = [(f"{name}.{i}", c) for i, c in enumerate(getattr(m, name))]
+            value = getattr(m, name)
+            if is_stacked(spec, value):  # one set of statics, shared by every layer
+                count = count_of(value, spec.count_in(m.dims))
+                pairs = [(f"{name}.{i}", value) for i in range(count)]
+            else:
+                pairs = [(f"{name}.{i}", c) for i, c in enumerate(value)]
         else:
             continue
         for prefix, child in pairs:
@@ -107,7 +124,7 @@ def dotted_name(path) -> str:
 def param_mask(m: Model):
     """A pytree like `m` with True at every param leaf and False at every buffer leaf (each leaf
     paired with its declaration by its dotted path, not by position)."""
-    kinds = {name: spec.kind for name, spec, _ in _walk(m)}
+    kinds = {name: spec.kind for name, spec, _ in _walk(m, split=False)}
     return jax.tree_util.tree_map_with_path(lambda p, _: kinds[dotted_name(p)] == "param", m)
 
 

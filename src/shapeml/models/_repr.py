@@ -8,6 +8,7 @@ import html
 import numpy as np
 
 from ._checks import dims_str
+from ._stacked import count_of, is_stacked
 
 __all__ = ["repr_html", "repr_lines"]
 
@@ -21,6 +22,11 @@ def repr_lines(m, indent: str) -> list[str]:
         if spec.kind == "submodel":
             sub = repr_lines(value, indent + "  ")
             lines.append(f"{indent}  {name}: {sub[0]}")
+            lines.extend(sub[1:])
+        elif spec.kind == "submodels" and is_stacked(spec, value):
+            sub = repr_lines(value, indent + "  ")
+            count = count_of(value, spec.count_in(m.dims))
+            lines.append(f"{indent}  {name}: {count} x {sub[0]}, stacked")
             lines.extend(sub[1:])
         elif spec.kind == "submodels":
             for i, child in enumerate(value or ()):

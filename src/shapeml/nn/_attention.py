@@ -199,8 +199,11 @@ def _project(m: MultiHeadAttention, x, offset):
 def _mix(m: MultiHeadAttention, q, k, v, mask):
     """Softmax attention of `q [b n H Dh]` over `k, v [b s H Dh]` where `mask [n s]`, projected."""
     b, n = q.shape[:2]
-    scores = jnp.einsum("bnhk,bshk->bhns", q, k) / math.sqrt(m.dims.Dh)
+    # The scale goes on q [b n H Dh], not on the scores [b H n s]: fewer numbers to multiply, in
+    # the forward and the backward pass. The softmax runs in float32 whatever the compute dtype.
+    q = q * jnp.asarray(1 / math.sqrt(m.dims.Dh), q.dtype)
+    scores = jnp.einsum("bnhk,bshk->bhns", q, k, preferred_element_type=jnp.float32)
     if mask is not None:
         scores = jnp.where(mask[None, None], scores, jnp.finfo(scores.dtype).min)
-    p = jax.nn.softmax(scores, axis=-1)
+    p = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return m.o(jnp.einsum("bhns,bshk->bnhk", p, v).reshape(b, n, m.dims.D))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import typing
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -13,6 +14,7 @@ from .._errors import ArgumentTypeError
 from .._shaped import shaped
 from .._validate import real
 from ..models import Dims, Model, buffer, ones, param, static, zeros
+from ..models._introspect import param_mask
 from ._errors import LayerInputError, LayerOptionError
 from ._layer import Layer
 
@@ -130,6 +132,11 @@ def take_buffers(m: Model, source: Model) -> Model:
             changes[name] = getattr(source, name)
         elif spec.kind == "submodel":
             changes[name] = take_buffers(getattr(m, name), getattr(source, name))
+        elif spec.kind == "submodels" and isinstance(getattr(m, name), spec.model):
+            # stacked layers: the same field-by-field choice, over every layer at once
+            mine, theirs = getattr(m, name), getattr(source, name)
+            mask = param_mask(mine)
+            changes[name] = jax.tree.map(lambda p, a, b: a if p else b, mask, mine, theirs)
         elif spec.kind == "submodels":
             pairs = zip(getattr(m, name), getattr(source, name), strict=True)
             changes[name] = tuple(take_buffers(a, b) for a, b in pairs)

@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int
 from .. import _jax_internals as jxi
 from .._shaped import shaped
 from ..models import Dims, param
+from ._dense import dense
 from ._errors import LayerInputError
 from ._init import fan_in
 from ._layer import Layer
@@ -68,4 +69,4 @@ class Embedding(Layer):
     @shaped
     def logits(self, x: Float[Array, "*b D"]) -> Float[Array, "*b V"]:
         """`x @ w.T`: the scores of every token, a head tied to the table."""
-        return x @ self.w.T
+        return dense(x, self.w.T)  # x @ w.T, with a weight gradient XLA:CPU runs well

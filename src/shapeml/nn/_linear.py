@@ -9,6 +9,7 @@ from jaxtyping import Array, Float
 
 from .._shaped import shaped
 from ..models import Dims, param, static, zeros
+from ._dense import dense
 from ._errors import LayerOptionError
 from ._init import fan_in
 from ._layer import Layer
@@ -73,7 +74,7 @@ class Linear(Layer):
     @shaped
     def __call__(self, x: Float[Array, "*b In"]) -> Float[Array, "*b Out"]:
         """`x @ w (+ b)`: `[*b In] -> [*b Out]`, checked against the layer's dims."""
-        y = x @ self.w
+        y = dense(x, self.w)  # x @ w, with a weight gradient XLA:CPU runs well (see _dense)
         if self.b is None:
             return y
         return y + self.b.reshape((1,) * (y.ndim - 1) + self.b.shape)  # explicit: no rank promotion

@@ -6,6 +6,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
@@ -26,6 +27,11 @@ def _check_eps(cls: type, options: Mapping[str, Any]) -> None:
             f"`{cls.__name__}` eps is {options['eps']!r}; it must be a number > 0",
             fix=f"use e.g. `sm.submodel(nn.{cls.__name__}, eps=1e-5)`",
         ) from e
+
+
+def _f32(x: jax.Array) -> jax.Array:
+    """`x` in float32 for statistics (bfloat16 and float16 sums lose digits); wider stays."""
+    return x.astype(jnp.float32) if jnp.finfo(x.dtype).bits < 32 else x
 
 
 class LayerNorm(Layer):
@@ -61,11 +67,12 @@ class LayerNorm(Layer):
 
     @shaped
     def __call__(self, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
-        """Normalizes `[*b D]` over `D`."""
-        mean = jnp.mean(x, axis=-1, keepdims=True)
-        var = jnp.mean(jnp.square(x - mean), axis=-1, keepdims=True)
+        """Normalizes `[*b D]` over `D` (statistics in float32 whatever `x`'s dtype)."""
+        xf = _f32(x)
+        mean = jnp.mean(xf, axis=-1, keepdims=True)
+        var = jnp.mean(jnp.square(xf - mean), axis=-1, keepdims=True)
         lead = (1,) * (x.ndim - 1)  # explicit broadcasting: the suite forbids rank promotion
-        y = (x - mean) * jnp.reciprocal(jnp.sqrt(var + self.eps))
+        y = ((xf - mean) * jnp.reciprocal(jnp.sqrt(var + self.eps))).astype(x.dtype)
         scale = self.scale.reshape(lead + self.scale.shape)
         return y * scale + self.bias.reshape(lead + self.bias.shape)
 
@@ -101,8 +108,10 @@ class RMSNorm(Layer):
 
     @shaped
     def __call__(self, x: Float[Array, "*b D"]) -> Float[Array, "*b D"]:
-        """Normalizes `[*b D]` by its root mean square over `D`."""
-        ms = jnp.mean(jnp.square(x), axis=-1, keepdims=True)
+        """Normalizes `[*b D]` by its root mean square over `D` (in float32 whatever `x`'s
+        dtype)."""
+        xf = _f32(x)
+        ms = jnp.mean(jnp.square(xf), axis=-1, keepdims=True)
         lead = (1,) * (x.ndim - 1)
         scale = self.scale.reshape(lead + self.scale.shape)
-        return x * jnp.reciprocal(jnp.sqrt(ms + self.eps)) * scale
+        return (xf * jnp.reciprocal(jnp.sqrt(ms + self.eps))).astype(x.dtype) * scale

@@ -18,13 +18,14 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
-from .._grad import value_and_grad
 from .._shell import CarryChangedError, Shell
 from .._validate import instance
 from ..distributed._faults import peers_watched
 from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
+from ._devices import default_devices
+from ._grads import Gradients
 
 __all__ = ["TrainStep", "make_mesh"]
 
@@ -79,6 +80,14 @@ class TrainStep:
     steps: one compile. The mesh's axes may be Auto or Explicit (`jax.make_mesh`'s default): the
     loss is traced for Auto axes either way, and the model keeps its shardings' types. In a job
     of several processes each process passes its own part of each batch (see `__call__`).
+    Without a mesh, each batch is split over every CPU device `import shapeml` made (one per
+    core, `sm.cpu_devices()`: data parallelism across cores, the same update as on one device)
+    unless `devices=1`.
+
+    `precision` computes the loss in bfloat16 or float16 while the params and their update stay
+    float32 (`sm.Precision`; float16 scales the loss). `remat` names the rematerialization policy
+    (`nn.remat`) of every `nn.scan` over layers the loss runs: `"full"` keeps only each block's
+    input for the backward pass.
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
@@ -96,6 +105,9 @@ class TrainStep:
         mesh: jax.sharding.Mesh | None = None,
         rules: Mapping[str, Any] | None = None,
         data_axis: str = "data",
+        devices: int | None = None,
+        precision: Any = None,
+        remat: str | None = None,
     ):
         instance("model", model, Model, "the sm.Model to train")
         instance("opt", opt, Optimizer, "its optimizer, e.g. optim.adamw(model, lr=3e-3)")
@@ -113,21 +125,35 @@ class TrainStep:
                 "TrainStep(..., rules=...) was given rules but no mesh to place the fields on",
                 fix="pass mesh= too, e.g. TrainStep(loss, m, opt, mesh=mesh, rules=rules)",
             )
+        if mesh is not None and devices is not None:
+            raise ArgumentError(
+                "TrainStep(..., mesh=, devices=) got both; `devices=N` splits batches over N "
+                "devices when there is no mesh",
+                fix="pass mesh= (with rules=) or devices=, not both",
+            )
+        # Without a mesh: every CPU device shapeml made, the batch split over them (or one).
+        self._cores = None if mesh is not None else default_devices(devices)
+        if self._cores is not None:
+            model, opt = self._cores.replicate((model, opt))
+        grads = Gradients(loss, has_aux, precision, remat)
         cls = type(model)
 
         def step(_, carry, *batch):
-            m, o = carry
-            value, g = value_and_grad(loss, m, *batch, has_aux=has_aux)
+            m, o = carry[0], carry[1]
+            value, g, finite = grads(m, batch, carry[2:])
             new, o = update(m, o, g)
             if has_aux:
                 updated, rest = _split_aux(value[1], cls)
                 if updated is not None:
                     new = _with_buffers(new, updated)
                     value = value[0] if rest is None else (value[0], rest)
-            return value, (new, o)
+            return value, grads.finish((m, carry[1]), (new, o), finite, carry[2:])
 
         # The model and optimizer are copied: their buffers are donated to each call.
-        self._shell = Shell(step, None, (model, opt), name="TrainStep")
+        carry = (model, opt, *grads.initial_carry())
+        if self._cores is not None:
+            carry = self._cores.replicate(carry)
+        self._shell = Shell(step, None, carry, name="TrainStep")
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
@@ -140,8 +166,21 @@ class TrainStep:
         if self._placement is not None:  # E1903 for a batch the data axis does not divide
             batch = tuple(b if isinstance(b, jax.Array) else np.asarray(b) for b in batch)
             batch = sharding.place_local_batch(batch, *self._placement)
+        elif self._cores is not None:
+            batch = self._cores.place_batch(batch)
         with peers_watched("a TrainStep call"):  # E2203 when another process has stopped
             return self._shell(*batch)
+
+    def compiled(self, *batch):
+        """The compiled step for this batch (compiled if needed, nothing run), a
+        `jax.stages.Compiled`: `step.compiled(tokens).memory_analysis().temp_size_in_bytes` is
+        the step's peak temporary memory (activations kept for the backward pass and scratch)."""
+        if self._placement is not None:
+            batch = tuple(b if isinstance(b, jax.Array) else np.asarray(b) for b in batch)
+            batch = sharding.place_local_batch(batch, *self._placement)
+        elif self._cores is not None:
+            batch = self._cores.place_batch(batch)
+        return self._shell.compiled(*batch)
 
     @property
     def model(self) -> Model:
@@ -156,6 +195,13 @@ class TrainStep:
         """The moving average of the weights (an optimizer built with `ema=`), a model of the
         same class (E1207 if the optimizer keeps none)."""
         return averaged(self.model, self.opt)
+
+    @property
+    def loss_scale(self) -> float | None:
+        """The loss scale of a float16 `precision` now (halved after a step whose gradient was
+        not finite, which is skipped; doubled after `period` finite steps), else None."""
+        extra = self._shell.carry[2:]
+        return float(extra[0].scale) if extra else None
 
     def compiled_count(self) -> int:
         """How many distinct programs this step has compiled (1 in a healthy training run)."""
