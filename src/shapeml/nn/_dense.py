@@ -16,13 +16,14 @@ from __future__ import annotations
 import jax
 from jax import lax
 from jax.custom_derivatives import SymbolicZero
+from jax.typing import ArrayLike
 
 __all__ = ["dense"]
 
 
 @jax.custom_jvp
-def dense(x: jax.Array, w: jax.Array) -> jax.Array:
-    """`x [*b In] @ w [In Out] -> [*b Out]`."""
+def dense(x: ArrayLike, w: ArrayLike) -> jax.Array:
+    """`x [*b In] @ w [In Out] -> [*b Out]` (numpy inputs too, as `@sm.shaped` layers take them)."""
     return x @ w
 
 

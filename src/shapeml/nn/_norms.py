@@ -8,6 +8,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
@@ -29,7 +30,7 @@ def _check_eps(cls: type, options: Mapping[str, Any]) -> None:
         ) from e
 
 
-def _f32(x: jax.Array) -> jax.Array:
+def _f32(x: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
     """`x` in float32 for statistics (bfloat16 and float16 sums lose digits); wider stays."""
     return x.astype(jnp.float32) if jnp.finfo(x.dtype).bits < 32 else x
 
