@@ -1,7 +1,8 @@
 """The Spotter's training step (AdamW, clip 1.0, warmup + cosine): shapeml vs raw JAX vs PyTorch.
 
 Three contenders, measured in one run, in interleaved rounds, median per step:
-  shapeml  `shapeml.training.TrainStep` over `spotter.loss` (what `shapeml train` runs), an
+  shapeml  `shapeml.training.TrainStep(..., devices=1)` over `spotter.loss` (what `shapeml train`
+           runs: one device, see docs/performance.md), an
            `optim.adamw` with its defaults, so with its non-finite-gradient guard;
   jax      the same math on raw dicts: `jax.jit` + optax (clip_by_global_norm, adamw with a
            join_schedules warmup + cosine, wrapped in `optax.apply_if_finite` as shapeml's
@@ -53,7 +54,7 @@ LR, WARMUP, COSINE, CLIP, WD = 3e-3, 10, 1000, 1.0, 0.01
 def shapeml_step(m: spotter.Spotter, lr=LR, warmup=WARMUP, cosine=COSINE) -> TrainStep:
     schedule = optim.warmup(warmup, optim.cosine(lr, cosine))
     opt = optim.adamw(m, lr=schedule, weight_decay=WD, transforms=[optim.clip_norm(CLIP)])
-    return TrainStep(spotter.loss, m, opt)
+    return TrainStep(spotter.loss, m, opt, devices=1)
 
 
 # -- raw JAX + optax --------------------------------------------------------------------------

@@ -88,7 +88,8 @@ def train_spotter(
 
     Returns the training result and the held-out evaluation; saves the model to `out`. With
     `accumulate=N` each update averages N batches; with `ema=DECAY` the moving average of the
-    weights is what is evaluated and saved; with `mesh="data=2,model=2"` the batch is split over
+    weights is what is evaluated and saved; `devices=N` splits each batch over N devices (default:
+    one, the fastest for this model on CPU); with `mesh="data=2,model=2"` the batch is split over
     `data` and the fields are placed by `rules` (e.g. `{"Dc": "model"}`).
 
     Raises:
@@ -132,7 +133,10 @@ def train_spotter(
         checkpoint=checkpoint,
         checkpoint_every=checkpoint_every if checkpoint else 0,
         resume=resume,
-        devices=devices,
+        # One device unless asked: the Spotter's convolutions already spread over every core in
+        # XLA's thread pool, and its batch split over core-devices measured slower
+        # (docs/performance.md), unlike a transformer's step.
+        devices=1 if devices is None and mesh is None else devices,
         progress=progress,
         accumulate=accumulate,
         ema=ema,
