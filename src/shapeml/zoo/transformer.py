@@ -21,13 +21,14 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _jax_internals as jxi
-from .._errors import ArgumentTypeError, ShapemlError
+from .._errors import ShapemlError
 from .._shaped import shaped
-from .._validate import instance, integer, real, shorten
+from .._validate import instance, integer, shorten
 from ..models import Dims, Model, normal
 from ..models import param as field
 from ..state import Graph, KVCache, StateIndexError, check_index, param, state
 from ._errors import TransformerDimsError
+from ._sampling import check_sampling
 
 __all__ = [
     "CachedDecoder",
@@ -284,16 +285,7 @@ def generate(
     instance("m", m, Transformer, "a Transformer")
     t = _check_prompt(prompt)
     steps = integer("steps", steps, low=1, fix="pass how many tokens to add, a Python int >= 1")
-    if key is not None:
-        is_key = isinstance(key, jax.Array) and jax.dtypes.issubdtype(
-            key.dtype, jax.dtypes.prng_key
-        )
-        if not is_key or key.shape != ():
-            raise ArgumentTypeError(
-                f"`key` must be one PRNG key (jax.random.key(seed)) or None, got {shorten(key)}",
-                fix="pass key=jax.random.key(0) to sample, or key=None for greedy decoding",
-            )
-        temperature = real("temperature", temperature, low=0.0, low_open=True)
+    temperature = check_sampling(key, temperature)
     _check_tokens(prompt, m.dims.V)
     if t + steps > m.dims.T:
         raise StateIndexError(

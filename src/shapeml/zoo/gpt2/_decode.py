@@ -13,11 +13,11 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ... import nn
-from ..._errors import ArgumentTypeError
 from ..._index import StateIndexError
 from ..._kvcache import KVCache
 from ..._shaped import shaped
-from ..._validate import instance, integer, real, shorten
+from ..._validate import instance, integer
+from .._sampling import check_sampling
 from ..transformer import _check_prompt, _pick
 from ._model import GPT2, positions
 
@@ -118,16 +118,7 @@ def generate(
     instance("m", m, GPT2, "a GPT2")
     t = _check_prompt(prompt)
     steps = integer("steps", steps, low=1, fix="pass how many tokens to add, a Python int >= 1")
-    if key is not None:
-        is_key = isinstance(key, jax.Array) and jax.dtypes.issubdtype(
-            key.dtype, jax.dtypes.prng_key
-        )
-        if not is_key or key.shape != ():
-            raise ArgumentTypeError(
-                f"`key` must be one PRNG key (jax.random.key(seed)) or None, got {shorten(key)}",
-                fix="pass key=jax.random.key(0) to sample, or key=None for greedy decoding",
-            )
-        temperature = real("temperature", temperature, low=0.0, low_open=True)
+    temperature = check_sampling(key, temperature)
     if t + steps > m.dims.T:
         raise StateIndexError(
             f"a prompt of {t} tokens plus {steps} new ones does not fit the context T={m.dims.T}",
