@@ -10,22 +10,18 @@ nothing; in your own `jit` by `eqx.error_if`.
 
 from __future__ import annotations
 
-import math
 import typing
 import warnings
 from typing import Any
 
 import equinox as eqx
-import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
-from ._errors import ArgumentTypeError
 from ._index import check_index
-from ._state_errors import StateAllocationError, StateWriteError
-from ._validate import held_dtype, instance, integer, shorten
+from ._state_errors import StateWriteError, allocate_zeros
+from ._validate import held_dtype, instance, integer, numeric_dtype, shorten
 
 __all__ = ["KVCache"]
 
@@ -80,27 +76,11 @@ class KVCache(eqx.Module):
             )
         )
         instance("name", name, str, "a string")
-        try:
-            canonical = np.dtype(dtype)
-        except Exception:  # numpy raises several types for what is not a dtype
-            canonical = None
-        if canonical is None or not jnp.issubdtype(canonical, jnp.number):
-            raise ArgumentTypeError(
-                f"`dtype` of {name} must be a numeric dtype, got {shorten(dtype)}",
-                fix="pass e.g. dtype=jnp.float32 or jnp.bfloat16",
-            )
-        held_dtype(canonical, f"{name} (k and v)")  # E0004: float64 without x64
-        try:
-            self.k = jnp.zeros(shape, canonical)
-            self.v = jnp.zeros(shape, canonical)
-        except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
-            size = 2 * math.prod(shape) * canonical.itemsize
-            raise StateAllocationError(
-                f"{name} of shape [layers, batch, ctx, heads, head_dim] = {list(shape)} "
-                f"({canonical.name}, {size:,} bytes for k and v) could not be allocated: "
-                f"{shorten(str(e))}",
-                fix="use a shorter context, fewer layers or a smaller batch",
-            ) from None
+        dtype = held_dtype(numeric_dtype(dtype, f"{name}(dtype=)"), f"{name} (k and v)")
+        fix = "use a shorter context, fewer layers or a smaller batch"
+        axes = "[layers, batch, ctx, heads, head_dim]"
+        self.k = allocate_zeros(shape, dtype, what=f"{name}.k {axes}", fix=fix)
+        self.v = allocate_zeros(shape, dtype, what=f"{name}.v {axes}", fix=fix)
         self.name = name
 
     def with_checks(self, checks: Any = None) -> KVCache:

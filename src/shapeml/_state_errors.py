@@ -1,11 +1,18 @@
 """Errors of device-resident state, shared by `KVCache` and `state.Graph`: a write of the wrong
-shape or dtype (E1403) and a buffer too large to allocate (E1412)."""
+shape or dtype (E1403) and a buffer too large to allocate (E1412, raised by `allocate_zeros`)."""
 
 from __future__ import annotations
 
-from ._errors import ShapemlError
+import math
 
-__all__ = ["StateAllocationError", "StateWriteError"]
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ._errors import ShapemlError
+from ._validate import shorten
+
+__all__ = ["StateAllocationError", "StateWriteError", "allocate_zeros"]
 
 _WRITE = """
 A write into a state must have exactly the shape and dtype of the part of the state it replaces;
@@ -46,3 +53,17 @@ class StateAllocationError(
     explanation=_ALLOC,
 ):
     pass
+
+
+def allocate_zeros(shape: tuple[int, ...], dtype: np.dtype, where=None, *, what: str, fix: str):
+    """Zeros the caller owns (on `where`: a device or a sharding), or E1412 naming `what`, its
+    shape and size when the memory cannot be had (not a MemoryError or RESOURCE_EXHAUSTED)."""
+    try:
+        return jnp.zeros(shape, dtype, device=where)
+    except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
+        size = math.prod(shape) * np.dtype(dtype).itemsize
+        raise StateAllocationError(
+            f"{what} of shape {list(shape)} ({np.dtype(dtype).name}, {size:,} bytes) could not "
+            f"be allocated: {shorten(str(e))}",
+            fix=fix,
+        ) from None

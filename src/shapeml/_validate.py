@@ -19,11 +19,12 @@ from collections.abc import Iterable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from ._errors import ArgumentError, ArgumentTypeError, DtypeUnavailableError
+from ._errors import ArgumentError, ArgumentTypeError, DtypeUnavailableError, ShapemlError
 
-__all__ = ["choice", "held_dtype", "instance", "integer", "real", "shorten"]
+__all__ = ["choice", "held_dtype", "instance", "integer", "numeric_dtype", "real", "shorten"]
 
 _LIMIT = 80
 
@@ -189,5 +190,27 @@ def held_dtype(dtype: Any, where: str) -> np.dtype:
             "(jax_enable_x64 is off)",
             fix='enable 64-bit mode first, jax.config.update("jax_enable_x64", True), or declare '
             f"{held.name}",
+        )
+    return wanted
+
+
+def numeric_dtype(
+    dtype: Any, where: str, error: type[ShapemlError] = ArgumentTypeError, *, bool_ok: bool = False
+) -> np.dtype:
+    """`dtype` as a numpy dtype, if it is numeric (or bool, with `bool_ok`).
+
+    Raises:
+        `error` (ArgumentTypeError, E0003, by default) naming `where`, for anything else.
+    """
+    try:
+        wanted = np.dtype(dtype)
+    except Exception:  # numpy raises several types for what is not a dtype
+        wanted = None
+    if wanted is None or not (
+        jnp.issubdtype(wanted, jnp.number) or (bool_ok and wanted == np.bool_)
+    ):
+        raise error(
+            f"{where} got the dtype {shorten(dtype)}, which is not a numeric dtype",
+            fix="pass e.g. dtype=jnp.float32, jnp.int32 or jnp.bfloat16",
         )
     return wanted

@@ -7,7 +7,6 @@ paired with its declaration by dotted name (`total`, `kv_cache.k`, `model.emb`),
 
 from __future__ import annotations
 
-import math
 import typing
 from collections.abc import Mapping
 from typing import Any
@@ -20,12 +19,14 @@ from jax.sharding import NamedSharding, PartitionSpec
 from .._cast import cast_host_array
 from .._errors import similar
 from .._shell import Shell
+from .._state_errors import allocate_zeros
 from .._validate import shorten
 from ..models import Model
+from ..models._checkpoint import build_model
 from ..models._introspect import dotted_name
 from ..models._limits import check_size, max_bytes_of
 from ._decl import Declared, states_class
-from ._errors import LoadStateDictError, StateAllocationError, StateNotFoundError, UnboundParamError
+from ._errors import LoadStateDictError, StateNotFoundError, UnboundParamError
 from ._handles import ParamHandle, StateHandle
 
 __all__ = ["GraphAccess"]
@@ -33,17 +34,6 @@ __all__ = ["GraphAccess"]
 
 def _by_name(tree) -> dict[str, Any]:
     return {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
-
-
-def _build(cls: type[Model], by_name: Mapping[str, Any], prefix: str = "") -> Model:
-    """A states model (buffers and sub-models only) from its leaves by dotted name."""
-    values = {}
-    for name, spec in cls.__shapeml_fields__.items():
-        if spec.kind == "submodel":
-            values[name] = _build(spec.model, by_name, f"{prefix}{name}.")
-        else:
-            values[name] = by_name[prefix + name]
-    return cls(**values)
 
 
 class GraphAccess:
@@ -120,8 +110,12 @@ class GraphAccess:
         for d in decls:
             for leaf, s in d.leaves.items():
                 name = d.full_name(leaf)
-                by_name[name] = _allocate(f"state `{name}`", s, device or self._placement(d))
-        return _build(cls, by_name)
+                where = device or self._placement(d)
+                fix = "declare a smaller state (fewer rows or a narrower width)"
+                by_name[name] = allocate_zeros(
+                    s.shape, s.dtype, where, what=f"state `{name}`", fix=fix
+                )
+        return build_model(cls, cls.dims, by_name, "", {})
 
     def _states(self) -> Model:
         return self._shell_now().carry
@@ -311,17 +305,3 @@ def _converted(key: str, value: Any, spec: jax.ShapeDtypeStruct) -> tuple[str, A
         return f"`{key}` has shape {tuple(arr.shape)}, expected {tuple(spec.shape)}", None
     cast, why = cast_host_array(arr, spec.dtype)
     return (f"`{key}`: {why}", None) if why else ("", np.array(cast, copy=True))
-
-
-def _allocate(what: str, spec: jax.ShapeDtypeStruct, where) -> jax.Array:
-    """A zero buffer the graph owns (on `where`: a device or a sharding); E1412 naming `what`
-    when the memory cannot be had, not a MemoryError or XLA's RESOURCE_EXHAUSTED."""
-    try:
-        return jnp.zeros(spec.shape, spec.dtype, device=where)
-    except (MemoryError, ValueError, jax.errors.JaxRuntimeError) as e:
-        size = math.prod(spec.shape) * np.dtype(spec.dtype).itemsize
-        raise StateAllocationError(
-            f"{what} of shape {tuple(spec.shape)} ({np.dtype(spec.dtype).name}, {size:,} bytes) "
-            f"could not be allocated: {shorten(str(e))}",
-            fix="declare a smaller state (fewer rows or a narrower width)",
-        ) from None

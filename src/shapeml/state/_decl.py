@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
-from .._validate import held_dtype, shorten
+from .._validate import held_dtype, numeric_dtype, shorten
 from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
 from ._errors import GraphDeclarationError
@@ -47,17 +47,9 @@ class Declared:
 
 
 def _dtype(dtype, where: str, *, declared: bool = True) -> np.dtype:
-    """A numeric or bool `dtype` (anything else is a declaration error). A declared one must be
-    held as it is (E0004 for float64 without x64); a value's own is made canonical."""
-    try:
-        wanted = np.dtype(dtype)
-    except Exception:  # numpy raises several types for what is not a dtype
-        wanted = None
-    if wanted is None or not (wanted == np.bool_ or jnp.issubdtype(wanted, jnp.number)):
-        raise GraphDeclarationError(
-            f"{where} got the dtype {shorten(dtype)}, which is not a numeric dtype",
-            fix="pass e.g. dtype=jnp.float32, jnp.int32 or jnp.bfloat16",
-        )
+    """A numeric or bool `dtype` (anything else is E1407). A declared one must be held as it is
+    (E0004 for float64 without x64); a value's own is made canonical."""
+    wanted = numeric_dtype(dtype, where, GraphDeclarationError, bool_ok=True)
     if declared:
         return held_dtype(wanted, where)
     return np.dtype(jax.dtypes.canonicalize_dtype(wanted))
