@@ -27,8 +27,8 @@ def _example(name: str):
 def test_digits_cnn_learns_and_saves_its_confusion_matrix(tmp_path, capsys):
     digits = _example("digits")
     out = tmp_path / "confusion.png"
-    result = digits.main(["--epochs", "2", "--out", str(out)])
-    assert result["accuracy"] > 0.8  # two epochs; the full run reaches >= 97%
+    result = digits.main(["--epochs", "1", "--out", str(out)])
+    assert result["accuracy"] > 0.8  # one epoch reaches 92%; the full run >= 97%
     c = result["confusion"]
     assert c.shape == (10, 10) and c.sum() == 360 and np.trace(c) / 360 == result["accuracy"]
     assert out.read_bytes().startswith(b"\x89PNG")
