@@ -1,6 +1,8 @@
-"""Suite-wide settings: strict numerics (no silent rank promotion), one CPU device, a key fixture."""
+"""Suite-wide settings: strict numerics (no silent rank promotion), one CPU device, a key fixture,
+and how `-n 2` spreads the tests over its workers."""
 
 import os
+from pathlib import Path
 
 # `import shapeml` makes every core a JAX device unless told not to: the suite runs on one device
 # (its subprocesses inherit this), and tests of that default set the environment they need.
@@ -38,3 +40,25 @@ def pytest_collection_modifyitems(items):
         return _SLOW_FIRST.index(name) if name in _SLOW_FIRST else len(_SLOW_FIRST)
 
     items.sort(key=rank)  # stable: the order within each file is kept
+
+
+# A module with a module-scoped fixture (a multi-device subprocess, a built site, a trained model)
+# runs on one worker, so the fixture is built once rather than once per worker; every other test
+# is spread on its own, in the order above. (xdist's own `xdist_group` mark does not take effect
+# under pytest 9.2, which no longer reads the node id xdist rewrites.)
+_SHARED_FIXTURE_MODULES = frozenset(
+    p.name
+    for p in Path(__file__).parent.glob("test_*.py")
+    if 'scope="module"' in p.read_text(encoding="utf-8")
+)
+
+
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModuleWhereShared(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if Path(module).name in _SHARED_FIXTURE_MODULES else nodeid
+
+    return ByModuleWhereShared(config, log)

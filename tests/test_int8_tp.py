@@ -5,13 +5,10 @@ The negative control lives here, not in the library: the tp step is built from p
 device's partial sum before the all-reduce.
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from _forced_devices import result_of
 
 SCRIPT = textwrap.dedent(
     """
@@ -110,15 +107,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def result():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return result_of(SCRIPT, 4)
 
 
 @pytest.mark.parametrize("seed", ["0", "1"])

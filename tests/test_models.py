@@ -2,6 +2,7 @@
 
 import dataclasses
 import hashlib
+import math
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ import pytest
 from jaxtyping import Array, Bool, Float, Int
 
 import shapeml as sm
+from shapeml import nn
 from shapeml.zoo.spotter import Spotter
 
 
@@ -314,6 +316,29 @@ def test_init_takes_a_key_and_vmaps_over_seeds_into_an_ensemble():
     ensemble = jax.vmap(lambda s: Net.init(seed=s))(jnp.arange(3))
     assert ensemble.emb.shape == (3, 11, 8) and ensemble.dims == Net.dims
     np.testing.assert_array_equal(ensemble.blocks[1].w2[2], Net.init(seed=2).blocks[1].w2)
+
+
+@pytest.mark.parametrize("partitionable", [True, False])
+def test_random_initializers_draw_what_jax_random_draws_in_the_fields_shape(partitionable):
+    # The built-ins draw flat and reshape (XLA:CPU compiles that faster): the values must be
+    # exactly JAX's own draw of the shaped array, in either threefry mode, for every rank.
+    key = jax.random.key(3)
+    with jax.threefry_partitionable(partitionable):
+        for shape in [(), (5,), (3, 4), (2, 3, 5)]:
+            for dtype in (jnp.float32, jnp.bfloat16):
+                np.testing.assert_array_equal(
+                    sm.normal(mean=1.0, std=0.5)(key, shape, dtype),
+                    1.0 + 0.5 * jax.random.normal(key, shape, dtype),
+                )
+                np.testing.assert_array_equal(
+                    sm.uniform(-2.0, 3.0)(key, shape, dtype),
+                    jax.random.uniform(key, shape, dtype, minval=-2.0, maxval=3.0),
+                )
+            bound = 1.0 / math.sqrt(2) * math.sqrt(3.0)  # fan-in 2, as nn.fan_in computes it
+            np.testing.assert_array_equal(
+                nn.fan_in(distribution="uniform")(key, (2, 3, 5), jnp.float32),
+                jax.random.uniform(key, (2, 3, 5), minval=-bound, maxval=bound),
+            )
 
 
 def test_host_values_that_would_change_meaning_are_refused():

@@ -8,13 +8,11 @@ reference for every numeric check is the same computation on one device.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import pytest
+from _forced_devices import result_of, run_forced
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float
 
@@ -231,28 +229,14 @@ SCRIPT = textwrap.dedent(
 )
 
 
-def _run(devices: int) -> dict:
-    env = dict(
-        os.environ,
-        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-        JAX_PLATFORMS="cpu",
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
-
-
 @pytest.fixture(scope="module")
 def result4():
-    return _run(4)
+    return result_of(SCRIPT, 4)
 
 
 @pytest.fixture(scope="module")
 def result8():
-    return _run(8)
+    return result_of(SCRIPT, 8)
 
 
 @pytest.fixture(params=[4, 8], ids=["4dev", "8dev"])
@@ -544,17 +528,7 @@ TRAIN_SCRIPT = textwrap.dedent(
 
 def test_train_on_a_mesh_by_rules_equals_one_device(tmp_path):
     out_path = tmp_path / "spotter.safetensors"
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", TRAIN_SCRIPT.replace("OUT", str(out_path))],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_forced(TRAIN_SCRIPT.replace("OUT", str(out_path)), 4)
     res = json.loads(proc.stdout.split("RESULT", 1)[1])
     assert res["max_diff"] < 1e-5  # six steps on a 2x2 mesh (FSDP + TP) equal one device
     assert res["cw1_spec"] == [None, "data", "model"]

@@ -8,13 +8,10 @@ on both mesh kinds, in one and in two processes, is in test_multiprocess.py.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import pytest
+from _forced_devices import result_of
 
 SCRIPT = textwrap.dedent(
     """
@@ -109,19 +106,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def result() -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHAPEML_", "XLA_", "JAX_"))}
-    env["JAX_PLATFORMS"] = "cpu"
-    # XLA's cheaper CPU compile: compiling six steps is this test's time; the numbers are the same
-    env["XLA_FLAGS"] = (
-        "--xla_force_host_platform_device_count=4 --xla_backend_optimization_level=0 "
-        "--xla_llvm_disable_expensive_passes=true"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return result_of(SCRIPT, 4)
 
 
 @pytest.mark.parametrize("case", ["nn", "transformer", "gpt2"])

@@ -4,14 +4,11 @@ nothing is refused. Specs need no devices; `sm.shard` runs on 4 forced host devi
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import pytest
+from _forced_devices import result_of
 from jax.sharding import PartitionSpec as P
 
 import shapeml as sm
@@ -163,15 +160,7 @@ SCRIPT = textwrap.dedent(
 
 
 def test_shard_places_layer_fields_by_the_parents_names_on_four_devices():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    out = json.loads(line[len("RESULT") :])
+    out = result_of(SCRIPT, 4)
     assert out["up"] == ["data", "model"] and out["down"] == ["model", "data"]
     assert out["q"] == ["data", "model"] and out["up_block"] == [4, 8]
     assert out["diff"] < 1e-5

@@ -10,16 +10,13 @@ each keeps the spec of the axis it keeps; its unfactored vectors keep a full sec
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 import textwrap
 
 import jax
 import optax
 import pytest
+from _forced_devices import result_of
 from jax.sharding import PartitionSpec as P
 from jaxtyping import Array, Float
 
@@ -109,15 +106,7 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def result():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT"))
-    return json.loads(line[len("RESULT") :])
+    return result_of(SCRIPT, 4)
 
 
 W = {"w1": ["data", "model"], "w2": ["model", "data"], "b": ["model"]}  # the params' specs

@@ -6,10 +6,9 @@ single-device work down, so it is never set for the rest of the suite).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import textwrap
+
+from _forced_devices import run_forced
 
 SCRIPT = textwrap.dedent(
     """
@@ -88,11 +87,5 @@ SCRIPT = textwrap.dedent(
 
 
 def test_sharded_state_keeps_each_shard_on_its_device():
-    env = dict(
-        os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = run_forced(SCRIPT, 4, timeout=300)
     assert proc.stdout.strip().endswith("OK")

@@ -50,7 +50,7 @@ def test_compiled_gradient_matches_float64_autodiff_of_the_plain_formulation(bat
     value, g = jax.jit(lambda m, img, y: sm.value_and_grad(spotter.loss, m, img, y))(m, img, y)
     with jax.enable_x64(True):
         p64 = {k: jnp.asarray(np.asarray(v), jnp.float64) for k, v in sm.params(m).items()}
-        ref_value, ref = jax.value_and_grad(plain_loss)(p64, img, y)
+        ref_value, ref = jax.jit(jax.value_and_grad(plain_loss))(p64, img, y)
         ref = {k: np.asarray(v) for k, v in ref.items()}
     np.testing.assert_allclose(value, float(ref_value), rtol=1e-5)
     for name, got in g.named().items():

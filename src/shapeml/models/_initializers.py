@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import math
 import typing
 
 import jax
@@ -17,7 +18,7 @@ import numpy as np
 from .._errors import ArgumentTypeError
 from .._validate import real, shorten
 
-__all__ = ["Initializer", "full", "normal", "ones", "uniform", "zeros"]
+__all__ = ["Initializer", "draw_flat", "full", "normal", "ones", "uniform", "zeros"]
 
 
 class Initializer(abc.ABC):
@@ -29,6 +30,13 @@ class Initializer(abc.ABC):
     @abc.abstractmethod
     def __call__(self, key: jax.Array, shape: tuple[int, ...], dtype) -> jax.Array:
         """An array of `shape` and `dtype`, drawn from `key` if the rule is random."""
+
+
+def draw_flat(sample, key: jax.Array, shape: tuple[int, ...], dtype, **kwargs) -> jax.Array:
+    """`sample(key, shape, dtype, **kwargs)` (a `jax.random` sampler) drawn as one flat vector and
+    reshaped: the same values, since JAX's threefry numbers the elements in row-major order either
+    way, and XLA:CPU compiles a 1-D draw about twice as fast as a 3-D one (`Model.init`'s time)."""
+    return sample(key, (math.prod(shape),), dtype, **kwargs).reshape(shape)
 
 
 @dataclasses.dataclass(frozen=True, repr=False)
@@ -51,7 +59,7 @@ class _Normal(Initializer):
     floating_only = True
 
     def __call__(self, key, shape, dtype):
-        return self.mean + self.std * jax.random.normal(key, shape, dtype)
+        return self.mean + self.std * draw_flat(jax.random.normal, key, shape, dtype)
 
     def __repr__(self) -> str:
         args = [f"mean={self.mean}"] if self.mean != 0 else []
@@ -67,7 +75,7 @@ class _Uniform(Initializer):
     floating_only = True
 
     def __call__(self, key, shape, dtype):
-        return jax.random.uniform(key, shape, dtype, minval=self.lo, maxval=self.hi)
+        return draw_flat(jax.random.uniform, key, shape, dtype, minval=self.lo, maxval=self.hi)
 
     def __repr__(self) -> str:
         return f"uniform(lo={self.lo}, hi={self.hi})"

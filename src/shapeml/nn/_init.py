@@ -9,7 +9,7 @@ import jax
 
 from .._errors import ArgumentTypeError
 from .._validate import choice, integer, real, shorten
-from ..models._initializers import Initializer
+from ..models._initializers import Initializer, draw_flat
 
 __all__ = ["fan_in"]
 
@@ -26,10 +26,10 @@ class _FanIn(Initializer):
         fan = math.prod(shape[a] for a in self.axes) if shape else 1
         std = self.gain / math.sqrt(max(fan, 1))
         if self.distribution == "normal":
-            return std * jax.random.normal(key, shape, dtype)
+            return std * draw_flat(jax.random.normal, key, shape, dtype)
         # uniform on [-a, a] has std a / sqrt(3): the same std as the normal rule
         bound = std * math.sqrt(3.0)
-        return jax.random.uniform(key, shape, dtype, minval=-bound, maxval=bound)
+        return draw_flat(jax.random.uniform, key, shape, dtype, minval=-bound, maxval=bound)
 
     def __repr__(self) -> str:
         args = [] if self.axes == (0,) else [f"axes={self.axes}"]
