@@ -239,7 +239,11 @@ def _rebuild(model_class: type, tree) -> Grad:
 def norm(g: Grad) -> jax.Array:
     """The global L2 norm of a gradient: the norm of all its values together."""
     instance("g", g, Grad, "a gradient (sm.Grad[M], from sm.grad or sm.value_and_grad)")
-    leaves = jax.tree.leaves(g)
+    return _global_norm(jax.tree.leaves(g))
+
+
+@jax.jit  # one program, not one per operation and leaf when called eagerly (a quick look)
+def _global_norm(leaves: list[jax.Array]) -> jax.Array:
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
 
 
