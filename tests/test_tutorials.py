@@ -12,12 +12,6 @@ A notebook's size knobs (training steps, timed calls) sit in one cell tagged `pa
 papermill convention. The suite runs the notebooks quick: it inserts a cell right after that one
 that sets the knobs of `QUICK` to smaller values, which still run every code path (every plot,
 every schedule, every checkpoint); users and the documentation site run the full values.
-
-Most of a tutorial's time is XLA compiling, and a notebook and its solutions compile many of the
-same programs (the same models' `init`, steps and decoders; 06 runs pytest four times). Every
-kernel and subprocess of this file shares one JAX persistent compilation cache, in the session's
-temporary folder (so it starts empty each run), which skips the repeated compiles and changes no
-result: a program found in the cache is the one XLA would build again.
 """
 
 from __future__ import annotations
@@ -96,22 +90,6 @@ def test_error_cells_are_tagged_and_name_their_code(path):
             )
         elif code and code.startswith("E"):
             pytest.fail(f"{path.name} cell {i} expects {code} but is not tagged {RAISES}")
-
-
-@pytest.fixture(scope="session")
-def compile_cache(tmp_path_factory) -> dict[str, str]:
-    """The environment that points JAX at this run's shared compilation cache (one folder for
-    every xdist worker: their base temp folders share a parent)."""
-    root = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        root = root.parent
-    path = root / "jax-compilation-cache"
-    path.mkdir(exist_ok=True)
-    return {
-        "JAX_COMPILATION_CACHE_DIR": str(path),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",  # the many small programs too
-        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
-    }
 
 
 def _knobs(nb) -> tuple[int, dict[str, int]]:
@@ -201,10 +179,8 @@ def _error_cell_problems(nb, name: str, out: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch, compile_cache):
+def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")  # plots render without a display
-    for name, value in compile_cache.items():  # the kernel and its subprocesses inherit them
-        monkeypatch.setenv(name, value)
     nb = _quick(nbformat.read(path, as_version=4), path.stem)
     (tmp_path / "run").mkdir()
     problems = _execute(nb, tmp_path / "run")
@@ -236,8 +212,8 @@ def test_the_executor_catches_missing_wrong_and_unexpected_errors(tmp_path):
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
-def test_exercise_solutions_run(path, tmp_path, compile_cache):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"} | compile_cache
+def test_exercise_solutions_run(path, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     run = subprocess.run(
         [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
