@@ -7,6 +7,11 @@ stderr. Notebooks are stored with their outputs cleared, so diffs stay readable.
 outputs of each run are rendered as the documentation site renders them and checked by the site's
 check (`scripts/check_site.py`: at most 8 lines, no path of the build machine), so every
 tutorial's error display is checked without running the notebooks a second time.
+
+A notebook's size knobs (training steps, timed calls) sit in one cell tagged `parameters`, the
+papermill convention. The suite runs the notebooks quick: it inserts a cell right after that one
+that sets the knobs of `QUICK` to smaller values, which still run every code path (every plot,
+every schedule, every checkpoint); users and the documentation site run the full values.
 """
 
 from __future__ import annotations
@@ -28,6 +33,15 @@ NOTEBOOKS = sorted(TUTORIALS.glob("*.ipynb"))
 SOLUTIONS = sorted((TUTORIALS / "solutions").glob("*.py"))
 EXPECT = re.compile(r"^\s*#\s*expect:\s*([EW]\d{4})\b")
 RAISES = "raises-exception"
+PARAMETERS = "parameters"
+# The suite's values of the knobs; each still runs every cell's code path: 02's live curve redraws
+# every 40 steps and its schedules warm up over 20, 07's warms up over 10, 05's trainer needs 1.
+QUICK = {
+    "02_gradients_and_optimizers": {"STEPS": 40},
+    "04_hoisting": {"CALLS": 3},
+    "05_int8_transformer": {"TRAIN_STEPS": 10},
+    "07_nn_layers": {"STEPS": 20},
+}
 
 
 def _expected(cell) -> str | None:
@@ -76,6 +90,34 @@ def test_error_cells_are_tagged_and_name_their_code(path):
             )
         elif code and code.startswith("E"):
             pytest.fail(f"{path.name} cell {i} expects {code} but is not tagged {RAISES}")
+
+
+def _knobs(nb) -> tuple[int, dict[str, int]]:
+    """The index of `nb`'s cell tagged `parameters` and the whole numbers it assigns."""
+    tagged = [i for i, c in enumerate(nb.cells) if PARAMETERS in _tags(c)]
+    assert len(tagged) == 1, f"{len(tagged)} cells tagged {PARAMETERS!r}, want one"
+    found = re.findall(r"^([A-Z_]+) = (\d+)\b", nb.cells[tagged[0]].source, re.M)
+    return tagged[0], {name: int(value) for name, value in found}
+
+
+def _quick(nb, name: str):
+    """`nb` with a cell after its `parameters` cell that sets the knobs to `QUICK[name]`."""
+    if name not in QUICK:
+        return nb
+    at, _ = _knobs(nb)
+    source = "\n".join(f"{k} = {v}" for k, v in QUICK[name].items())
+    cell = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+    nb.cells.insert(at + 1, cell)
+    return nb
+
+
+@pytest.mark.parametrize("name", sorted(QUICK))
+def test_quick_values_are_knobs_of_the_parameters_cell_and_smaller(name):
+    nb = nbformat.read(TUTORIALS / f"{name}.ipynb", as_version=4)
+    _, knobs = _knobs(nb)
+    for knob, quick in QUICK[name].items():
+        assert knob in knobs, f"{name}: {knob} is not set in its {PARAMETERS!r} cell"
+        assert 0 < quick < knobs[knob], f"{name}: quick {knob} = {quick}, full {knobs[knob]}"
 
 
 def _text(outputs, kind: str) -> str:
@@ -139,7 +181,7 @@ def _error_cell_problems(nb, name: str, out: Path) -> list[str]:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MPLBACKEND", "Agg")  # plots render without a display
-    nb = nbformat.read(path, as_version=4)
+    nb = _quick(nbformat.read(path, as_version=4), path.stem)
     (tmp_path / "run").mkdir()
     problems = _execute(nb, tmp_path / "run")
     problems += _error_cell_problems(nb, path.stem, tmp_path)
