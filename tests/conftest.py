@@ -53,6 +53,7 @@ _SHARED_FIXTURE_MODULES = frozenset(
 )
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist: unknown without it
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
