@@ -17,8 +17,9 @@ FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_
 
 
 def forced_env(devices: int | None = None) -> dict[str, str]:
-    """This process's environment for a JAX subprocess on the CPU, with `devices` devices."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("XLA_", "JAX_"))}
+    """This process's environment for a JAX subprocess on the CPU, with `devices` devices (none
+    of this process's JAX, XLA or shapeml settings: the subprocess's are its own)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHAPEML_", "XLA_", "JAX_"))}
     env["JAX_PLATFORMS"] = "cpu"
     env["XLA_FLAGS"] = FAST_COMPILE
     if devices:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+from _forced_devices import forced_env
 
 from shapeml import distributed
 
@@ -25,18 +25,10 @@ WORKER = Path(__file__).with_name("multiprocess_worker.py")
 TIMEOUT = 420  # seconds a job may take on a loaded 2-core machine: the launcher's own limit
 
 
-# Compiling the steps is most of these jobs' time: XLA's cheaper CPU compile (the same for the
-# references), and one compilation cache for the jobs of a test (the killed and the resumed job
-# run the first job's Spotter step again).
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-
-
 def _env(cache: Path, devices: int | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHAPEML_", "XLA_", "JAX_"))}
-    env["JAX_PLATFORMS"] = "cpu"
-    env["XLA_FLAGS"] = FAST_COMPILE
-    if devices:
-        env["XLA_FLAGS"] += f" --xla_force_host_platform_device_count={devices}"
+    """XLA's cheaper CPU compile (`forced_env`; the same for the references), and one compilation
+    cache for the jobs of a test (the killed and the resumed job run the first job's step again)."""
+    env = forced_env(devices)
     env["JAX_COMPILATION_CACHE_DIR"] = str(cache)
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
     env["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"

@@ -242,7 +242,7 @@ def norm(g: Grad) -> jax.Array:
     return _global_norm(jax.tree.leaves(g))
 
 
-@jax.jit  # one program, not one per operation and leaf when called eagerly (a quick look)
+@jax.jit  # called eagerly (a quick look at a gradient): one program, not one per op and leaf
 def _global_norm(leaves: list[jax.Array]) -> jax.Array:
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
 

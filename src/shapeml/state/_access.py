@@ -107,11 +107,11 @@ class GraphAccess:
         cls = states_class(type(self).__name__, decls)
         check_size(cls, cls.dims, max_bytes_of(None), f"`{type(self).__name__}`'s states")
         by_name = {}
+        fix = "declare a smaller state (fewer rows or a narrower width)"
         for d in decls:
+            where = device or self._placement(d)
             for leaf, s in d.leaves.items():
                 name = d.full_name(leaf)
-                where = device or self._placement(d)
-                fix = "declare a smaller state (fewer rows or a narrower width)"
                 by_name[name] = allocate_zeros(
                     s.shape, s.dtype, where, what=f"state `{name}`", fix=fix
                 )
