@@ -69,6 +69,19 @@ def test_step_compiles_once_donates_its_own_buffers_and_keeps_the_callers(small_
     assert int(opt.step) == 0 and int(step.opt.step) == 3
 
 
+def test_a_batch_that_does_not_fit_the_loss_is_a_coded_input_error(small_data):
+    m, opt = make()
+    step = TrainStep(spotter_loss, m, opt, has_aux=True)
+    img, y = (jnp.asarray(a[:32]) for a in small_data)
+    with pytest.raises(TypeError, match=r"E1410.*1 input\(s\).*spotter_loss\(m: .*missing.*'y'"):
+        step(img)
+    with pytest.raises(sm.ShapemlError, match=r"E1410.*3 input\(s\).*too many"):
+        step(img, y, y)
+    assert int(step.opt.step) == 0 and step.compiled_count() == 0  # nothing ran or was kept
+    step(img, y)
+    assert int(step.opt.step) == 1
+
+
 def test_nonfinite_weights_are_never_checkpointed(tmp_path):
     class One(sm.Model):
         dims = sm.Dims(D=2)

@@ -1,4 +1,4 @@
-"""A graph's tensors seen from the host, by dotted name: its weights (declared values) and its states
+"""A graph's tensors seen from the host, by dotted name: its weights (the shell's model), its states
 (one `sm.Model`, the shell's carry, and its host mirror for `reference`).
 
 `GraphAccess` is the half of `Graph` that reads, writes, saves and loads them; every entry is
@@ -36,51 +36,55 @@ def _by_name(tree) -> dict[str, Any]:
     return {dotted_name(p): x for p, x in jax.tree_util.tree_flatten_with_path(tree)[0]}
 
 
+def _replaced(tree, by_name: Mapping[str, Any]):
+    """`tree` with each leaf named in `by_name` (by dotted name) taken from it."""
+    return jax.tree_util.tree_map_with_path(lambda p, x: by_name.get(dotted_name(p), x), tree)
+
+
 class GraphAccess:
-    """Host access to a graph's weights and states (the base of `Graph`)."""
+    """Host access to a graph's weights and states (the base of `Graph`).
+
+    The weights are the shell's model, a dict by attribute (a weight's name is its attribute), so
+    a leaf's dotted name there is its name in `state_dict()`, as it is in the states model."""
 
     _decls: dict[str, Declared]
+    _unbound: set[str]  # weights declared by shape and not bound yet: zeros stand in for them
 
     # the tensors --------------------------------------------------------------------------------
-    def _table(self) -> dict[str, tuple[str, str, jax.ShapeDtypeStruct]]:
-        """Every leaf by full dotted name: `(attribute, leaf name, spec)`."""
+    def _specs(self, kind: str) -> dict[str, jax.ShapeDtypeStruct]:
+        """Every leaf of the weights (`kind="param"`) or states by full dotted name."""
         return {
-            d.full_name(leaf): (attr, leaf, spec)
-            for attr, d in self._decls.items()
+            d.full_name(leaf): spec
+            for d in self._decls.values()
+            if d.kind == kind
             for leaf, spec in d.leaves.items()
         }
 
     def _weights(self) -> dict[str, Any]:
-        out = {}
-        for attr, decl in self._decls.items():
-            if decl.kind != "param":
-                continue
-            if decl.value is None:
-                raise UnboundParamError(
-                    f"weight `{decl.name}` of `{type(self).__name__}` was declared by shape "
-                    f"{decl.template.shape} and has no value yet",
-                    fix=f"bind it first: graph.load_state_dict({{'{decl.name}': array}})",
-                )
-            out[attr] = decl.value
-        return out
-
-    def _device_weights(self) -> dict[str, Any]:
-        """The weights uploaded, each on its declaration's placement (zeros stand in for one
-        declared by shape and not bound yet: a call refuses to run until it is)."""
-        return {
-            a: jax.device_put(
-                d.value if d.value is not None else jax.tree.map(jnp.zeros_like, d.template),
-                self._placement(d),
+        """The uploaded weights by attribute (E1404 while one declared by shape is unbound)."""
+        unbound = [a for a in self._decls if a in self._unbound]
+        if unbound:
+            shapes = ", ".join(f"`{a}` {self._decls[a].template.shape}" for a in unbound)
+            raise UnboundParamError(
+                f"`{type(self).__name__}` has weights declared by shape and not bound: {shapes}",
+                fix=f"bind them first: graph.load_state_dict({{'{unbound[0]}': array, ...}})",
             )
-            for a, d in self._decls.items()
-            if d.kind == "param"
-        }
+        return self._shell_now().model
 
     def _shell_now(self) -> Shell:
-        """The graph's shell: its weights and states, made at first use (declarations close)."""
+        """The graph's shell, made at first use (declarations close): the weights uploaded once,
+        each on its declaration's placement, and zero states."""
         if self._shell is None:
+            weights = {
+                a: jax.device_put(
+                    d.value if d.value is not None else jax.tree.map(jnp.zeros_like, d.template),
+                    self._placement(d),
+                )
+                for a, d in self._decls.items()
+                if d.kind == "param"
+            }
             shell = Shell(
-                self._pure, self._device_weights(), self._zeros(), name=type(self).__name__,
+                self._pure, weights, self._zeros(), name=type(self).__name__,
                 copy=False,  # the zero states are the graph's own: handed over, not copied
             )  # fmt: skip
             self.__dict__["_shell"] = shell
@@ -89,17 +93,13 @@ class GraphAccess:
     def _placement(self, decl: Declared):
         """Where a declaration lives: its sharding; else, when another declaration is on a mesh,
         replicated on that mesh (one program spans one set of devices); else the default device."""
-        if decl.sharding is not None:
-            return decl.sharding
-        mesh = next(
-            (
-                d.sharding.mesh
-                for d in self._decls.values()
-                if isinstance(d.sharding, NamedSharding)
-            ),
-            None,
+        on_mesh = (
+            d.sharding for d in self._decls.values() if isinstance(d.sharding, NamedSharding)
         )
-        return None if mesh is None else NamedSharding(mesh, PartitionSpec())
+        mesh = next(on_mesh, None)
+        if decl.sharding is not None or mesh is None:
+            return decl.sharding
+        return NamedSharding(mesh.mesh, PartitionSpec())
 
     def _zeros(self, device=None) -> Model:
         """Fresh zero states (on `device`, or each on its declared sharding)."""
@@ -140,13 +140,8 @@ class GraphAccess:
 
     def _pack(self, states: Model, values: dict[str, Any]) -> Model:
         """`states` with each leaf taken from the values by attribute (the inverse of `_unpack`)."""
-        by_name = {}
-        for attr, value in values.items():
-            d = self._decls[attr]
-            by_name.update({d.full_name(k): x for k, x in _by_name(value).items()})
-        return jax.tree_util.tree_map_with_path(
-            lambda p, old: by_name.get(dotted_name(p), old), states
-        )
+        named = {self._decls[a].name: v for a, v in values.items()}
+        return _replaced(states, _by_name(named))
 
     def _handle(self, attr: str):
         return (ParamHandle if self._decls[attr].kind == "param" else StateHandle)(self, attr)
@@ -204,22 +199,22 @@ class GraphAccess:
     @typing.no_type_check  # validates its arguments itself, with coded errors
     def reset(self, *names: str) -> None:
         """Zeroes the named states (all by default), on the device and in the host mirror."""
-        attrs = {self._attr_of(n, "state") for n in names}
-        states, host = self._states(), self._host_states()
-        zero = lambda tree: jax.tree.map(jnp.zeros_like, tree)  # noqa: E731
-        pick = lambda tree: {a: v for a, v in self._unpack(tree).items() if not attrs or a in attrs}  # noqa: E731
-        self._set_states(self._pack(states, zero(pick(states))))
-        self.__dict__["_host"] = self._pack(host, zero(pick(host)))
+        every = [a for a, d in self._decls.items() if d.kind == "state"]
+        attrs = {self._attr_of(n, "state") for n in names} or every
+
+        def zeroed(tree: Model) -> Model:
+            values = self._unpack(tree)
+            return self._pack(tree, {a: jax.tree.map(jnp.zeros_like, values[a]) for a in attrs})
+
+        self._set_states(zeroed(self._states()))
+        self.__dict__["_host"] = zeroed(self._host_states())
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """Host copies of every bound weight and every state, keyed by dotted name."""
-        out = {}
-        for d in self._decls.values():
-            if d.kind == "param" and d.value is not None:
-                out.update({d.full_name(k): np.array(v) for k, v in _by_name(d.value).items()})
-        states = _by_name(self._states())
-        out.update({k: np.array(v) for k, v in states.items()})
-        return out
+        weights = {a: w for a, w in self._shell_now().model.items() if a not in self._unbound}
+        return {
+            k: np.array(v) for k, v in {**_by_name(weights), **_by_name(self._states())}.items()
+        }
 
     @typing.no_type_check  # validates its argument itself (E1405 for anything but a dict)
     def load_state_dict(self, entries: dict[str, Any]) -> None:
@@ -244,12 +239,11 @@ class GraphAccess:
                 f"({type(entries).__name__})",
                 fix="pass a dict like graph.state_dict()",
             )
-        table = self._table()
-        is_weight = {n: self._decls[a].kind == "param" for n, (a, _, _) in table.items()}
-        wanted = [n for n in table if is_weight[n] == (require == "weights")]
-        allowed = table if require == "weights" else wanted
+        weights, states = self._specs("param"), self._specs("state")
+        allowed = {**weights, **states} if require == "weights" else states
+        wanted = weights if require == "weights" else states
         problems = [
-            f"missing {'weight' if is_weight[n] else 'state'} `{n}`"
+            f"missing {'weight' if n in weights else 'state'} `{n}`"
             for n in wanted
             if n not in entries
         ]
@@ -263,7 +257,7 @@ class GraphAccess:
                 problems.append(f"unexpected key `{key}`" + (f" ({hint})" if hint else ""))
                 hints += [hint] if hint else []
                 continue
-            problem, converted[key] = _converted(key, value, table[key][2])
+            problem, converted[key] = _converted(key, value, allowed[key])
             if problem:
                 problems.append(problem)
         if problems:
@@ -273,23 +267,14 @@ class GraphAccess:
                 fix="\n".join(hints)
                 or "pass exactly the names in graph.state_dict(), with the declared shapes",
             )
-        weights = {n: v for n, v in converted.items() if is_weight[n]}
-        for d in self._decls.values():
-            mine = {k: weights[d.full_name(k)] for k in d.leaves if d.full_name(k) in weights}
-            if d.kind == "param" and mine:
-                old = _by_name(d.value) if d.value is not None else {}
-                leaves = [mine.get(leaf, old.get(leaf)) for leaf in d.leaves]
-                d.value = jax.tree.unflatten(jax.tree.structure(d.template), leaves)
-        if weights:
-            self._shell_now().model = self._device_weights()
-        states = {n: v for n, v in converted.items() if not is_weight[n]}
-        if states:
-            replace = lambda p, x: states.get(dotted_name(p), x)  # noqa: E731
-            self._set_states(jax.tree_util.tree_map_with_path(replace, self._states()))
-            host = jax.device_put(states, jax.devices("cpu")[0])
-            self.__dict__["_host"] = jax.tree_util.tree_map_with_path(
-                lambda p, x: host.get(dotted_name(p), x), self._host_states()
-            )
+        shell = self._shell_now()
+        if converted.keys() & weights:  # each placed as the value it replaces
+            shell.model = _replaced(shell.model, converted)
+            self._unbound -= converted.keys()
+        if converted.keys() & states:
+            self._set_states(_replaced(self._states(), converted))
+            host = jax.device_put(converted, jax.devices("cpu")[0])
+            self.__dict__["_host"] = _replaced(self._host_states(), host)
 
 
 def _converted(key: str, value: Any, spec: jax.ShapeDtypeStruct) -> tuple[str, Any]:

@@ -32,7 +32,7 @@ class Declared:
 
     kind: str
     template: Any  # a pytree of jax.ShapeDtypeStruct
-    value: Any = None  # a weight's value (None until bound); never set for a state
+    value: Any = None  # a weight's value as declared (None: by shape), uploaded at first use
     sharding: Any = None
     name: str = ""  # set when assigned to a graph attribute (or given as name=)
 
@@ -46,16 +46,14 @@ class Declared:
         return f"{self.name}.{leaf}" if leaf else self.name
 
 
-def _dtype(dtype, where: str, *, declared: bool = True) -> np.dtype:
-    """A numeric or bool `dtype` (anything else is E1407). A declared one must be held as it is
-    (E0004 for float64 without x64); a value's own is made canonical."""
-    wanted = numeric_dtype(dtype, where, GraphDeclarationError, bool_ok=True)
-    if declared:
-        return held_dtype(wanted, where)
-    return np.dtype(jax.dtypes.canonicalize_dtype(wanted))
+def _dtype(dtype, where: str) -> np.dtype:
+    """A numeric or bool `dtype` (anything else is E1407), held by this process as declared (E0004
+    for float64 without x64)."""
+    return held_dtype(numeric_dtype(dtype, where, GraphDeclarationError, bool_ok=True), where)
 
 
-def _shape(shape, where: str) -> tuple[int, ...]:
+def _spec(shape, dtype, where: str) -> jax.ShapeDtypeStruct:
+    """A declaration by shape (an int or a tuple of non-negative ints; anything else is E1407)."""
     if isinstance(shape, int | np.integer) and not isinstance(shape, bool):
         shape = (shape,)
     ok = isinstance(shape, tuple | list) and all(
@@ -66,7 +64,7 @@ def _shape(shape, where: str) -> tuple[int, ...]:
             f"{where} got the shape {shorten(shape)}, which is not a tuple of non-negative ints",
             fix="declare it as e.g. state((rows, width)) or param((D, F), dtype=jnp.float32)",
         )
-    return tuple(int(d) for d in shape)
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in shape), _dtype(dtype, where))
 
 
 def _template(tree, where: str):
@@ -79,10 +77,6 @@ def _template(tree, where: str):
             fix="pass an array, a shape tuple, or a pytree of arrays such as an sm.Model",
         )
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), _dtype(x.dtype, where)), tree)
-
-
-def _is_shape(x) -> bool:
-    return isinstance(x, tuple | list | int | np.integer) and not isinstance(x, bool)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -103,10 +97,7 @@ def param(value_or_shape, dtype=None, *, sharding=None) -> Declared:
     if isinstance(value_or_shape, tuple | list) and all(
         isinstance(d, int | np.integer) for d in value_or_shape
     ):
-        spec = jax.ShapeDtypeStruct(
-            _shape(value_or_shape, "param(shape)"),
-            _dtype(jnp.float32 if dtype is None else dtype, "param(shape)"),
-        )
+        spec = _spec(value_or_shape, jnp.float32 if dtype is None else dtype, "param(shape)")
         return Declared("param", spec, sharding=sharding)
     value = value_or_shape
     if np.isscalar(value) or isinstance(value, list):
@@ -146,10 +137,8 @@ def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding
             f"state(name=...) takes a string, got {shorten(name)} ({type(name).__name__})",
             fix="name it with a Python identifier, e.g. state((8, 4), name='total')",
         )
-    if _is_shape(shape_or_tree):
-        shape = _shape(shape_or_tree, "state(shape)")
-        where = f"state `{name}`" if name else f"state({shape})"
-        spec = jax.ShapeDtypeStruct(shape, _dtype(dtype, where))
+    if isinstance(shape_or_tree, tuple | list | int | np.integer):  # a bool is refused as a shape
+        spec = _spec(shape_or_tree, dtype, f"state `{name}`" if name else "state(shape)")
         return Declared("state", spec, sharding=sharding, name=name or "")
     template = _template(shape_or_tree, "state(tree)")
     return Declared("state", template, sharding=sharding, name=name or "")

@@ -1,25 +1,17 @@
-"""The errors of `shapeml.state` (codes E1403..E1499), each with its long explanation. The index
-errors (E1401, E1402) belong to the core's index checks (`shapeml._index`), the write and
-allocation errors (E1403, E1412) to the core's device-resident state (`shapeml._state_errors`),
-which `KVCache` shares."""
+"""The graph's own errors (codes E1404..E1409), each with its long explanation. The index errors
+(E1401, E1402) belong to the core's index checks (`shapeml._index`), the write and allocation
+errors (E1403, E1412) to the core's device-resident state (`shapeml._state_errors`, which
+`KVCache` shares) and the input error (E1410) to the shell (`shapeml._shell`)."""
 
 from __future__ import annotations
 
 from .._errors import ShapemlError
-from .._index import StateIndexError, StateIndexTypeError
-from .._shell import StepInputError as GraphInputError
-from .._state_errors import StateAllocationError, StateWriteError
 
 __all__ = [
     "GraphBodyError",
     "GraphDeclarationError",
-    "GraphInputError",
     "LoadStateDictError",
-    "StateIndexError",
-    "StateAllocationError",
-    "StateIndexTypeError",
     "StateNotFoundError",
-    "StateWriteError",
     "UnboundParamError",
     "WeightWriteError",
 ]

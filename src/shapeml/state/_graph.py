@@ -10,7 +10,6 @@ states.
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import jax
@@ -19,13 +18,14 @@ import numpy as np
 from .._errors import similar
 from .._index import coded_runtime_failure
 from .._inputs import TooWideError, canonical
+from .._shell import StepInputError as GraphInputError
+from .._shell import check_call
 from ._access import GraphAccess
 from ._body import Run
 from ._decl import Declared, check_names
 from ._errors import (
     GraphBodyError,
     GraphDeclarationError,
-    GraphInputError,
     StateNotFoundError,
     WeightWriteError,
 )
@@ -62,7 +62,7 @@ class Graph(GraphAccess):
 
     def __new__(cls, *args, **kwargs):
         self = super().__new__(cls)
-        self.__dict__.update(_decls={}, _shell=None, _host=None, _run=None)
+        self.__dict__.update(_decls={}, _unbound=set(), _shell=None, _host=None, _run=None)
         return self
 
     def body(self, *inputs, **per_call):
@@ -103,7 +103,11 @@ class Graph(GraphAccess):
             raise AttributeError(name)
         decls = self.__dict__["_decls"]
         if name not in decls:
-            raise _not_found(self, name)
+            raise StateNotFoundError(
+                f"`{type(self).__name__}` has no attribute, weight or state `{name}`",
+                fix=similar(name, [*decls, *type(self).__dict__])
+                or "declare it in __init__ with param(...) or state(...)",
+            )
         run = self.__dict__["_run"]
         return run.get(name) if run is not None else self._handle(name)
 
@@ -132,6 +136,8 @@ class Graph(GraphAccess):
                     fix="give each state its own name=",
                 )
         self._decls[attr] = decl
+        if decl.kind == "param" and decl.value is None:
+            self._unbound.add(attr)
 
     # running ------------------------------------------------------------------------------------
     @property
@@ -141,7 +147,7 @@ class Graph(GraphAccess):
 
     def _pure(self, weights: dict[str, Any], states, *args, **per_call):
         """The one pure step: `(weights, states, *inputs) -> (outputs, states)`."""
-        _check_call(type(self), args, per_call)
+        check_call(type(self).__name__, type(self).body, args, per_call)
         run = Run(self._decls, weights, self._unpack(states))
         view = object.__new__(type(self))  # the body's `self`: this graph, with this run's values
         view.__dict__.update(self.__dict__, _run=run, _origin=self)
@@ -175,14 +181,14 @@ class Graph(GraphAccess):
         separate from the device state (`graph.read("total")`), so the two paths can be run side
         by side and compared; it is changed only when the body returns. Results come back as numpy.
         """
-        name = type(self).__name__
-        # Inputs are made canonical as the compiled path's are; a too-wide int raises as it does.
-        args, kwargs = jax.device_put(
-            self._host_inputs(name, inputs, per_call), jax.devices("cpu")[0]
-        )
         cpu = jax.devices("cpu")[0]
+        try:  # inputs made canonical as the compiled path's are
+            args, kwargs = canonical(type(self).__name__, (inputs, per_call), GraphInputError)
+        except TooWideError:  # a too-wide int: the compiled path's checks say which error it is
+            self._shell_now().check(*inputs, **per_call)
+            raise
         with jax.default_device(cpu):
-            weights = jax.device_put(self._weights(), cpu)
+            args, kwargs, weights = jax.device_put((args, kwargs, self._weights()), cpu)
             try:
                 out, new = self._pure(weights, self._host_states(), *args, **kwargs)
             except Exception as e:  # eqx.error_if of an index traced in a scan, vmap, inner jit
@@ -193,38 +199,6 @@ class Graph(GraphAccess):
         self.__dict__["_host"] = new
         return jax.tree.map(np.asarray, out)
 
-    def _host_inputs(self, name: str, inputs: tuple, per_call: dict):
-        try:
-            return canonical(name, (inputs, per_call), GraphInputError)
-        except TooWideError:  # the compiled path's checks say which error it is
-            self._shell_now().check(*inputs, **per_call)
-            raise
-
     def __repr__(self) -> str:
         parts = [f"{d.kind} {d.name}" for d in self._decls.values()]
         return f"{type(self).__name__}({', '.join(parts)})"
-
-
-def _not_found(graph: Graph, name: str) -> Exception:
-    return StateNotFoundError(
-        f"`{type(graph).__name__}` has no attribute, weight or state `{name}`",
-        fix=similar(name, [*graph._decls, *type(graph).__dict__])
-        or "declare it in __init__ with param(...) or state(...)",
-    )
-
-
-def _check_call(cls: type, args: tuple, per_call: dict) -> None:
-    """Raises `GraphInputError` (E1410) when the call does not fit `body`'s signature (a missing
-    `pos=`, an unknown keyword), before the body runs: its own TypeErrors stay its own."""
-    try:
-        sig = inspect.signature(cls.body)
-    except (TypeError, ValueError):  # a body without a signature: nothing to check against
-        return
-    try:
-        sig.bind(None, *args, **per_call)
-    except TypeError as e:
-        raise GraphInputError(
-            f"`{cls.__name__}` was called with {len(args)} input(s) and keywords "
-            f"{sorted(per_call)}, which do not fit `body{sig}`: {e}",
-            fix=f"call the graph as `body{sig}` takes them, without `self`",
-        ) from None

@@ -18,7 +18,7 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
-from .._shell import CarryChangedError, Shell
+from .._shell import CarryChangedError, Shell, check_call
 from .._validate import instance
 from ..distributed._faults import peers_watched
 from ..models import Model
@@ -139,6 +139,7 @@ class TrainStep:
         cls = type(model)
 
         def step(_, carry, *batch):
+            check_call("TrainStep", loss, batch, {})  # E1410 for a batch the loss cannot take
             m, o = carry[0], carry[1]
             value, g, finite = grads(m, batch, carry[2:])
             new, o = update(m, o, g)
