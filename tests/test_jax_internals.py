@@ -171,3 +171,11 @@ def test_dce_keeps_only_the_used_outputs_and_their_inputs():
     assert ji.as_fun(pruned)(2.0, 3.0) == [5.0]
     whole, kept_all = ji.dce(closed, [False, True], keep_inputs=True)
     assert kept_all == [True, True, True] and len(whole.jaxpr.invars) == 3
+
+
+def test_trace_context_is_hashable_and_changes_with_the_settings_a_trace_reads():
+    plain = ji.trace_context()
+    assert hash(plain) == hash(ji.trace_context()) and plain == ji.trace_context()
+    with jax.default_matmul_precision("float32"):
+        assert ji.trace_context() != plain
+    assert ji.trace_context() == plain

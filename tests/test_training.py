@@ -1,11 +1,13 @@
 """The training loop: learning, checkpoints, resume, divergence, no recompiles, data
 parallelism (forced host devices in a subprocess) and the `shapeml train`/`eval` commands."""
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import textwrap
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -80,6 +82,34 @@ def test_a_batch_that_does_not_fit_the_loss_is_a_coded_input_error(small_data):
     assert int(step.opt.step) == 0 and step.compiled_count() == 0  # nothing ran or was kept
     step(img, y)
     assert int(step.opt.step) == 1
+
+
+def test_a_new_step_of_the_same_loss_and_layout_reuses_the_compiled_program(small_data):
+    img, y = (jnp.asarray(a[:32]) for a in small_data)
+
+    def losses(step):
+        return [float(step(img, y)[0]) for _ in range(3)]
+
+    first = TrainStep(spotter_loss, *make(), has_aux=True)
+    expected = losses(first)
+    again = TrainStep(spotter_loss, *make(), has_aux=True)
+    assert again.compiled(img, y) is first.compiled(img, y)  # one program, as jax.jit's cache
+    assert losses(again) == expected  # from its own fresh carry: the same trajectory
+    shell = weakref.ref(first._shell)
+    del first
+    gc.collect()
+    assert shell() is None  # the shared program does not keep a dropped step's model alive
+
+    def doubled(m, img, y):
+        value, aux = spotter_loss(m, img, y)
+        return 2 * value, aux
+
+    other = TrainStep(doubled, *make(), has_aux=True)
+    assert other.compiled(img, y) is not again.compiled(img, y)
+    assert float(other(img, y)[0]) == pytest.approx(2 * expected[0], rel=1e-6)
+    sgd = TrainStep(spotter_loss, Spotter.init(seed=0), optim.sgd(Spotter.init(seed=0), lr=0.1),
+                    has_aux=True)  # fmt: skip
+    assert sgd.compiled(img, y) is not again.compiled(img, y)  # another optimizer: its own
 
 
 def test_nonfinite_weights_are_never_checkpointed(tmp_path):

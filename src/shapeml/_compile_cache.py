@@ -122,7 +122,8 @@ class Signature(NamedTuple):
 
 class CompileCache(Generic[T]):
     """Programs by key, built on a miss by `build(key)`; the least recently used past `maxsize`
-    are dropped. Keys are `Signature`s, or named tuples/dataclasses of them.
+    are dropped. Keys are `Signature`s, or named tuples/dataclasses of them. A cache built
+    without `build` is given one by each `get`.
 
     Example:
         >>> cache = CompileCache(lambda sig: jax.jit(f).lower(...).compile(), maxsize=64)
@@ -130,20 +131,20 @@ class CompileCache(Generic[T]):
         >>> program = cache.get(sig)
     """
 
-    def __init__(self, build: Callable[[Any], T], *, maxsize: int | None = None):
+    def __init__(self, build: Callable[[Any], T] | None, *, maxsize: int | None = None):
         self._build = build
         self._maxsize = maxsize
         self._programs: collections.OrderedDict[Any, T] = collections.OrderedDict()
         self.builds = 0  # how many programs were built (traces, compiles) over the cache's life
 
-    def get(self, key) -> T:
-        """The program for `key`, built on first sight."""
+    def get(self, key, build: Callable[[Any], T] | None = None) -> T:
+        """The program for `key`, built on first sight (by `build`, else the cache's builder)."""
         program = self._programs.get(key)
         if program is not None:
             if self._maxsize is not None:
                 self._programs.move_to_end(key)
             return program
-        program = self._build(key)
+        program = (build or self._build)(key)
         self.builds += 1
         self._programs[key] = program
         if self._maxsize is not None and len(self._programs) > self._maxsize:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 
 import jax
 import jax.extend.core as jex
+from jax._src import config as _config
 from jax._src import core as _core
 from jax._src.array import ArrayImpl as ArrayImpl  # the concrete array type: a fast type check
 from jax._src.interpreters import partial_eval as _pe
@@ -299,6 +300,12 @@ def distributed_client_started() -> bool:
 def compiled_count(jitted: Callable) -> int:
     """How many programs a `jax.jit`-wrapped function has compiled so far."""
     return jitted._cache_size()
+
+
+def trace_context() -> tuple:
+    """The JAX settings a trace depends on (x64, matmul precision, ...), hashable: `jax.jit`'s
+    own cache key part."""
+    return _config.trace_context()
 
 
 def current_trace():

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import jax
@@ -102,6 +102,12 @@ class _Checks:
         return jax.device_get(err) if bool(failed) else None
 
 
+# Programs of shells that say what their step computes (`share=`): a new `TrainStep` of the same
+# loss, options, layout and batch reuses the program an earlier one compiled, as `jax.jit` reuses
+# one for the same function.
+_SHARED = CompileCache(None, maxsize=16)
+
+
 @dataclasses.dataclass(frozen=True)
 class _Program:
     """The compiled step of one input signature, and its compiled checks (None: the step has
@@ -124,6 +130,10 @@ class Shell:
         name: how errors name the step.
         copy: False when the caller hands over a carry it will not use again (device arrays that
             own their memory): the shell takes those buffers as they are.
+        share: a hashable description of what `step` computes (e.g. its loss and options). Shells
+            with equal `share` whose model, carry and inputs have the same structure, shapes,
+            dtypes and placements run one compiled program. None (or an unhashable value): this
+            shell compiles its own.
 
     Example:
         >>> shell = Shell(lambda m, total, x: (total + x @ m.w, total + x @ m.w), m, zeros)
@@ -131,15 +141,23 @@ class Shell:
     """
 
     def __init__(
-        self, step: Callable, model: Any, carry: Any, *, name: str = "step", copy: bool = True
+        self,
+        step: Callable,
+        model: Any,
+        carry: Any,
+        *,
+        name: str = "step",
+        copy: bool = True,
+        share: Hashable | None = None,
     ):
         self.name = name
         self._fn = step
+        self._share = share if _hashable(share) else None
         self._model, self._model_def = jax.tree.flatten(model)
         leaves, self._carry_def = jax.tree.flatten(carry)
         self._carry = [_owned(x) for x in leaves] if copy else leaves
         self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
-        self._programs: CompileCache[_Program] = CompileCache(self._compile)
+        self._programs: CompileCache[_Program] = CompileCache(self._build)
 
     # the values ---------------------------------------------------------------------------------
     @property
@@ -177,7 +195,8 @@ class Shell:
 
     @property
     def compile_count(self) -> int:
-        """How many input signatures were traced and compiled."""
+        """How many input signatures this shell has programs for (compiled by it, or by a shell
+        of the same `share`)."""
         return self._programs.builds
 
     # running ------------------------------------------------------------------------------------
@@ -245,6 +264,16 @@ class Shell:
             if coded is None:
                 err.throw()  # a check of the user's own: checkify's error, as it reports it
             raise coded
+
+    def _build(self, key: Signature) -> _Program:
+        """The program for these inputs: compiled, or one a shell of the same `share` compiled for
+        the same layout (model, carry and inputs by their abstract values and placements) and
+        JAX settings (x64, matmul precision, ...)."""
+        if self._share is None:
+            return self._compile(key)
+        layout = tuple(map(_abstract, [*self._model, *self._carry, *self._inputs]))
+        shared = (self._share, self._model_def, self._carry_def, layout, key, jxi.trace_context())
+        return _SHARED.get(shared, lambda _: self._compile(key))
 
     def _compile(self, key: Signature) -> _Program:
         nm, nc = len(self._model), len(self._carry)
@@ -323,6 +352,14 @@ def check_call(name: str, fn: Callable, args: tuple, kwargs: dict) -> None:
             fix=f"pass the inputs that follow `{first}` in that signature (`{name}` passes "
             f"`{first}` itself)",
         ) from None
+
+
+def _hashable(x) -> bool:
+    try:
+        hash(x)
+    except TypeError:  # e.g. a loss bound to a model: its arrays are not hashable
+        return False
+    return True
 
 
 def _shown(value) -> str:

@@ -154,7 +154,9 @@ class TrainStep:
         carry = (model, opt, *grads.initial_carry())
         if self._cores is not None:
             carry = self._cores.replicate(carry)
-        self._shell = Shell(step, None, carry, name="TrainStep")
+        # A new TrainStep of the same loss and options (and layout) reuses an earlier one's program.
+        share = ("TrainStep", loss, has_aux, grads.policy, remat)
+        self._shell = Shell(step, None, carry, name="TrainStep", share=share)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
@@ -205,7 +207,8 @@ class TrainStep:
         return float(extra[0].scale) if extra else None
 
     def compiled_count(self) -> int:
-        """How many distinct programs this step has compiled (1 in a healthy training run)."""
+        """How many distinct programs this step runs (1 in a healthy training run). A step of
+        the same loss, options and layout as an earlier one takes its compiled program."""
         return self._shell.compile_count
 
 
