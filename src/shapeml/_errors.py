@@ -58,6 +58,7 @@ CODE_MODULES = (
     "shapeml._errors",
     "shapeml._index",
     "shapeml._state_errors",
+    "shapeml._inputs",
     "shapeml._shell",
     "shapeml._file_errors",
     "shapeml.models._limits",

@@ -1,15 +1,50 @@
 """The inputs of a stateful step made canonical: numeric arrays of JAX's dtypes, never weak-typed,
 so a new value never recompiles, and nothing that would change meaning on the way (an int too wide
-for JAX's int dtype, a float that would become inf) passes silently."""
+for JAX's int dtype, a float that would become inf) passes silently; and checked against the user's
+function they are passed to (`check_call`). Both raise `StepInputError` (E1410)."""
 
 from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
 
 import jax
 import numpy as np
 
 from . import _jax_internals as jxi
+from ._errors import ShapemlError
 
-__all__ = ["TooWideError", "canonical", "canonical_leaf", "named_leaves", "saturated", "too_wide"]
+__all__ = [
+    "StepInputError",
+    "TooWideError",
+    "canonical",
+    "canonical_leaf",
+    "check_call",
+    "named_leaves",
+    "saturated",
+    "too_wide",
+]
+
+
+class StepInputError(
+    ShapemlError,
+    TypeError,
+    code="E1410",
+    title="stateful step input is not an array or does not fit the step",
+    explanation="""
+Every input of a stateful compiled step (a `state.Graph` call, a `TrainStep` batch, a
+`CachedDecoder` call) must be an array, a Python number or a pytree of them: each becomes a traced
+value of the compiled program, so a new value never recompiles. Configuration that changes the
+program belongs in the constructor. An integer must fit JAX's int dtype (int32, or int64 with
+`jax_enable_x64`), and a float the float dtype it becomes; one that does not is refused rather than
+wrapped around or turned into inf (an integer the step uses as an index is an E1401 index error
+instead). The step cannot be called from inside a traced function (`jax.jit`, `grad`, `vmap`): it
+is itself a compiled program that keeps its carry on the device; call the pure function it wraps
+in your own `jit` instead. The inputs must also fit the function they are passed to: a graph's
+`body(self, ...)` or a loss's `(model, ...)`, after the argument the step passes itself.
+""",
+):
+    pass
 
 
 def _int() -> np.dtype:
@@ -114,3 +149,24 @@ def named_leaves(inputs) -> list[tuple[str, object]]:
         label = f"input {first.idx}" if head == 0 else str(first.key)
         out.append((label + "".join(str(k) for k in rest), leaf))
     return out
+
+
+def check_call(name: str, fn: Callable, args: tuple, kwargs: dict) -> None:
+    """Raises `StepInputError` (E1410) when a step's inputs do not fit the user's function it
+    passes them to, after its first argument (a graph's `body(self, ...)`, a loss's `(model,
+    ...)`): a missing `pos=`, an input too many. The function's own TypeErrors stay its own."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a function without a signature: nothing to check against
+        return
+    try:
+        sig.bind(None, *args, **kwargs)
+    except TypeError as e:
+        first = next(iter(sig.parameters), "")
+        given = f"{len(args)} input(s)" + (f" and the keywords {sorted(kwargs)}" if kwargs else "")
+        raise StepInputError(
+            f"`{name}` was called with {given}, which do not fit "
+            f"`{getattr(fn, '__name__', 'step')}{sig}`: {e}",
+            fix=f"pass the inputs that follow `{first}` in that signature (`{name}` passes "
+            f"`{first}` itself)",
+        ) from None

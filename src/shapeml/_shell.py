@@ -14,7 +14,6 @@ its inputs' mesh kind, and a carry spread over several CPU devices runs one step
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
@@ -32,30 +31,17 @@ from ._index import (
     checked_before_step,
     coded_check_failure,
 )
-from ._inputs import TooWideError, canonical, canonical_leaf, named_leaves, saturated, too_wide
+from ._inputs import (
+    StepInputError,
+    TooWideError,
+    canonical,
+    canonical_leaf,
+    named_leaves,
+    saturated,
+    too_wide,
+)
 
-__all__ = ["CarryChangedError", "Shell", "StepInputError", "check_call"]
-
-
-class StepInputError(
-    ShapemlError,
-    TypeError,
-    code="E1410",
-    title="stateful step input is not an array or does not fit the step",
-    explanation="""
-Every input of a stateful compiled step (a `state.Graph` call, a `TrainStep` batch, a
-`CachedDecoder` call) must be an array, a Python number or a pytree of them: each becomes a traced
-value of the compiled program, so a new value never recompiles. Configuration that changes the
-program belongs in the constructor. An integer must fit JAX's int dtype (int32, or int64 with
-`jax_enable_x64`), and a float the float dtype it becomes; one that does not is refused rather than
-wrapped around or turned into inf (an integer the step uses as an index is an E1401 index error
-instead). The step cannot be called from inside a traced function (`jax.jit`, `grad`, `vmap`): it
-is itself a compiled program that keeps its carry on the device; call the pure function it wraps
-in your own `jit` instead. The inputs must also fit the function they are passed to: a graph's
-`body(self, ...)` or a loss's `(model, ...)`, after the argument the step passes itself.
-""",
-):
-    pass
+__all__ = ["CarryChangedError", "Shell", "StepInputError"]
 
 
 class CarryChangedError(
@@ -331,27 +317,6 @@ class Shell:
         step = jax.jit(unchecked, donate_argnums=tuple(range(nm, nm + nc)), out_shardings=shardings)
         step = step.trace(*args).lower().compile()
         return _Program(step, checks, record["out"])
-
-
-def check_call(name: str, fn: Callable, args: tuple, kwargs: dict) -> None:
-    """Raises `StepInputError` (E1410) when a step's inputs do not fit the user's function it
-    passes them to, after its first argument (a graph's `body(self, ...)`, a loss's `(model,
-    ...)`): a missing `pos=`, an input too many. The function's own TypeErrors stay its own."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # a function without a signature: nothing to check against
-        return
-    try:
-        sig.bind(None, *args, **kwargs)
-    except TypeError as e:
-        first = next(iter(sig.parameters), "")
-        given = f"{len(args)} input(s)" + (f" and the keywords {sorted(kwargs)}" if kwargs else "")
-        raise StepInputError(
-            f"`{name}` was called with {given}, which do not fit "
-            f"`{getattr(fn, '__name__', 'step')}{sig}`: {e}",
-            fix=f"pass the inputs that follow `{first}` in that signature (`{name}` passes "
-            f"`{first}` itself)",
-        ) from None
 
 
 def _hashable(x) -> bool:

@@ -12,8 +12,8 @@ from .._index import StateIndexTypeError as StateIndexTypeError
 from .._index import assume_in_bounds as assume_in_bounds
 from .._index import check_index as check_index
 from .._index import span as span
+from .._inputs import StepInputError as GraphInputError
 from .._kvcache import KVCache as KVCache
-from .._shell import StepInputError as GraphInputError
 from .._state_errors import StateAllocationError as StateAllocationError
 from .._state_errors import StateWriteError as StateWriteError
 from ._body import StateView as StateView

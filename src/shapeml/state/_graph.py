@@ -17,9 +17,8 @@ import numpy as np
 
 from .._errors import similar
 from .._index import coded_runtime_failure
-from .._inputs import TooWideError, canonical
-from .._shell import StepInputError as GraphInputError
-from .._shell import check_call
+from .._inputs import StepInputError as GraphInputError
+from .._inputs import TooWideError, canonical, check_call
 from ._access import GraphAccess
 from ._body import Run
 from ._decl import Declared, check_names

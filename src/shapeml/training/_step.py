@@ -18,7 +18,8 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
-from .._shell import CarryChangedError, Shell, check_call
+from .._inputs import check_call
+from .._shell import CarryChangedError, Shell
 from .._validate import instance
 from ..distributed._faults import peers_watched
 from ..models import Model
