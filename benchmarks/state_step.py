@@ -3,8 +3,9 @@
 The state is donated to each call and updated in place, so a call should cost the same whatever the
 state's size. The same step written naively (`jax.jit`, no donation) copies the whole state every
 call: its line shows the copy the Graph avoids. A plain `jax.jit` with donation shows what the
-Graph's own dispatch adds, including the bounds check of `pos`, made on the host before each step
-(the call never waits for the device), which the ratio also includes.
+Graph's own dispatch adds, including the bounds check of `pos`: a small program of its own whose
+result each call reads before it queues the step (so a bad index writes nothing). The ratio
+includes it.
 Run: python benchmarks/state_step.py
 """
 
