@@ -90,6 +90,10 @@ class TrainStep:
     (`nn.remat`) of every `nn.scan` over layers the loss runs: `"full"` keeps only each block's
     input for the backward pass.
 
+    A new step of the same loss function and options, on a model, optimizer and batch of the same
+    structure, shapes, dtypes and placement, runs the program an earlier one compiled (as
+    `jax.jit` reuses one for the same function); `compiled_count()` counts what it runs.
+
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
         >>> loss = step(img, y)          # updates step.model and step.opt in place on device
