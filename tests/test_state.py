@@ -158,6 +158,7 @@ def test_reference_runs_eagerly_and_mirrors_the_state_separately():
     g.reference(x, pos=1)
     g.reference(x, pos=1)
     assert seen == [False, False]
+    assert g.compile_count == 0 and g._shell is None  # nothing uploaded or allocated on the device
     np.testing.assert_array_equal(g.total.host[1], 2 * x)
     np.testing.assert_array_equal(g.read("total"), np.zeros((4, WIDTH)))  # device state untouched
 

@@ -61,7 +61,7 @@ class GraphAccess:
         }
 
     def _weights(self) -> dict[str, Any]:
-        """The uploaded weights by attribute (E1404 while one declared by shape is unbound)."""
+        """The weights by attribute, as declared until uploaded; E1404 while one is unbound."""
         unbound = [a for a in self._decls if a in self._unbound]
         if unbound:
             shapes = ", ".join(f"`{a}` {self._decls[a].template.shape}" for a in unbound)
@@ -69,7 +69,9 @@ class GraphAccess:
                 f"`{type(self).__name__}` has weights declared by shape and not bound: {shapes}",
                 fix=f"bind them first: graph.load_state_dict({{'{unbound[0]}': array, ...}})",
             )
-        return self._shell_now().model
+        if self._shell is None:
+            return {a: d.value for a, d in self._decls.items() if d.kind == "param"}
+        return self._shell.model
 
     def _shell_now(self) -> Shell:
         """The graph's shell, made at first use (declarations close): the weights uploaded once,
