@@ -18,7 +18,14 @@ import numpy as np
 from ._errors import ShapemlError
 from ._jax_internals import ArrayImpl as _ArrayImpl
 
-__all__ = ["CompileCache", "Signature", "UnhashableStaticError", "is_array", "leaf_key"]
+__all__ = [
+    "CompileCache",
+    "Signature",
+    "UnhashableStaticError",
+    "is_array",
+    "is_hashable",
+    "leaf_key",
+]
 
 T = TypeVar("T")
 
@@ -69,14 +76,21 @@ def leaf_key(x) -> ArrayKey | StaticKey:
         return ArrayKey(x.shape, x.dtype, x.weak_type)
     if is_array(x):
         return ArrayKey(tuple(x.shape), x.dtype, bool(getattr(x, "weak_type", False)))
-    try:
-        hash(x)
-    except TypeError:
+    if not is_hashable(x):
         raise UnhashableStaticError(
             f"an argument leaf of type `{type(x).__name__}` is neither an array nor hashable",
             fix="pass data as arrays and configuration as hashable values (tuples, not lists)",
-        ) from None
+        )
     return StaticKey(type(x), x)
+
+
+def is_hashable(x) -> bool:
+    """Whether `x` can be part of a cache key (a model holding arrays cannot)."""
+    try:
+        hash(x)
+    except TypeError:
+        return False
+    return True
 
 
 class Signature(NamedTuple):

@@ -23,7 +23,7 @@ import numpy as np
 from jax.experimental import checkify
 
 from . import _jax_internals as jxi
-from ._compile_cache import CompileCache, Signature, leaf_key
+from ._compile_cache import CompileCache, Signature, is_hashable, leaf_key
 from ._devices import auto_view, paced
 from ._errors import ShapemlError
 from ._index import (
@@ -36,6 +36,7 @@ from ._inputs import (
     TooWideError,
     canonical,
     canonical_leaf,
+    check_call,
     named_leaves,
     saturated,
     too_wide,
@@ -116,6 +117,9 @@ class Shell:
         name: how errors name the step.
         copy: False when the caller hands over a carry it will not use again (device arrays that
             own their memory): the shell takes those buffers as they are.
+        takes: the user's function the inputs are passed to, after the argument the step passes
+            itself (a graph's `body`, a loss): each new input signature is checked against it
+            before tracing (`StepInputError`, E1410).
         share: a hashable description of what `step` computes (e.g. its loss and options). Shells
             with equal `share` whose model, carry and inputs have the same structure, shapes,
             dtypes and placements run one compiled program. None (or an unhashable value): this
@@ -134,11 +138,13 @@ class Shell:
         *,
         name: str = "step",
         copy: bool = True,
+        takes: Callable | None = None,
         share: Hashable | None = None,
     ):
         self.name = name
         self._fn = step
-        self._share = share if _hashable(share) else None
+        self._takes = takes
+        self._share = share if is_hashable(share) else None
         self._model, self._model_def = jax.tree.flatten(model)
         leaves, self._carry_def = jax.tree.flatten(carry)
         self._carry = [_owned(x) for x in leaves] if copy else leaves
@@ -255,6 +261,8 @@ class Shell:
         """The program for these inputs: compiled, or one a shell of the same `share` compiled for
         the same layout (model, carry and inputs by their abstract values and placements) and
         JAX settings (x64, matmul precision, ...)."""
+        if self._takes is not None:  # once per signature, outside the trace
+            check_call(self.name, self._takes, *key.rebuild(self._inputs))
         if self._share is None:
             return self._compile(key)
         layout = tuple(map(_abstract, [*self._model, *self._carry, *self._inputs]))
@@ -317,14 +325,6 @@ class Shell:
         step = jax.jit(unchecked, donate_argnums=tuple(range(nm, nm + nc)), out_shardings=shardings)
         step = step.trace(*args).lower().compile()
         return _Program(step, checks, record["out"])
-
-
-def _hashable(x) -> bool:
-    try:
-        hash(x)
-    except TypeError:  # e.g. a loss bound to a model: its arrays are not hashable
-        return False
-    return True
 
 
 def _shown(value) -> str:

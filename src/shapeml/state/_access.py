@@ -62,8 +62,8 @@ class GraphAccess:
 
     def _weights(self) -> dict[str, Any]:
         """The weights by attribute, as declared until uploaded; E1404 while one is unbound."""
-        unbound = [a for a in self._decls if a in self._unbound]
-        if unbound:
+        if self._unbound:  # on every call: the common case costs one truth test
+            unbound = [a for a in self._decls if a in self._unbound]  # in declaration order
             shapes = ", ".join(f"`{a}` {self._decls[a].template.shape}" for a in unbound)
             raise UnboundParamError(
                 f"`{type(self).__name__}` has weights declared by shape and not bound: {shapes}",
@@ -87,7 +87,7 @@ class GraphAccess:
             }
             shell = Shell(
                 self._pure, weights, self._zeros(), name=type(self).__name__,
-                copy=False,  # the zero states are the graph's own: handed over, not copied
+                takes=type(self).body, copy=False,  # the zero states are handed over, not copied
             )  # fmt: skip
             self.__dict__["_shell"] = shell
         return self._shell

@@ -146,7 +146,6 @@ class Graph(GraphAccess):
 
     def _pure(self, weights: dict[str, Any], states, *args, **per_call):
         """The one pure step: `(weights, states, *inputs) -> (outputs, states)`."""
-        check_call(type(self).__name__, type(self).body, args, per_call)
         run = Run(self._decls, weights, self._unpack(states))
         view = object.__new__(type(self))  # the body's `self`: this graph, with this run's values
         view.__dict__.update(self.__dict__, _run=run, _origin=self)
@@ -186,6 +185,7 @@ class Graph(GraphAccess):
         except TooWideError:  # a too-wide int: the compiled path's checks say which error it is
             self._shell_now().check(*inputs, **per_call)
             raise
+        check_call(type(self).__name__, type(self).body, args, kwargs)  # the shell's check
         with jax.default_device(cpu):
             args, kwargs, weights = jax.device_put((args, kwargs, self._weights()), cpu)
             try:

@@ -18,7 +18,6 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
-from .._inputs import check_call
 from .._shell import CarryChangedError, Shell
 from .._validate import instance
 from ..distributed._faults import peers_watched
@@ -144,7 +143,6 @@ class TrainStep:
         cls = type(model)
 
         def step(_, carry, *batch):
-            check_call("TrainStep", loss, batch, {})  # E1410 for a batch the loss cannot take
             m, o = carry[0], carry[1]
             value, g, finite = grads(m, batch, carry[2:])
             new, o = update(m, o, g)
@@ -161,7 +159,7 @@ class TrainStep:
             carry = self._cores.replicate(carry)
         # A new TrainStep of the same loss and options (and layout) reuses an earlier one's program.
         share = ("TrainStep", loss, has_aux, grads.policy, remat)
-        self._shell = Shell(step, None, carry, name="TrainStep", share=share)
+        self._shell = Shell(step, None, carry, name="TrainStep", takes=loss, share=share)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
