@@ -6,8 +6,6 @@ Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`
 `shapeml.data`, `shapeml.testing`; complete models in `shapeml.zoo`.
 """
 
-from . import _cores as _cores  # first: makes the CPU cores JAX devices before JAX's backend starts
-from . import _moved
 from . import data as data
 from . import distributed as distributed
 from . import hoisting as hoisting
@@ -19,8 +17,6 @@ from . import sharding as sharding
 from . import state as state
 from . import testing as testing
 from . import training as training
-from ._cores import CpuDevices as CpuDevices
-from ._cores import cpu_devices as cpu_devices
 from ._dead_params import DeadParamWarning as DeadParamWarning
 from ._errors import ArgumentError as ArgumentError
 from ._errors import ArgumentTypeError as ArgumentTypeError
@@ -64,9 +60,7 @@ from .sharding import load as load  # models.load, plus placement on a mesh by r
 from .sharding import memory_report as memory_report
 from .sharding import partition_specs as partition_specs
 from .sharding import shard as shard
-
-# Names that moved to the zoo or the apps keep working under their old homes (see `_moved`).
-_moved.install()
+from .sharding import use_cpu_devices as use_cpu_devices
 
 __all__ = [
     "ArgumentError",
@@ -75,8 +69,6 @@ __all__ = [
     "buffer",
     "buffers",
     "count_params",
-    "cpu_devices",
-    "CpuDevices",
     "data",
     "DeadParamWarning",
     "Dims",
@@ -121,6 +113,7 @@ __all__ = [
     "testing",
     "training",
     "uniform",
+    "use_cpu_devices",
     "value_and_grad",
     "zeros",
     "__version__",

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 
 import jax
@@ -13,6 +12,7 @@ import jax
 from . import sharding
 from ._errors import UnknownCodeError, errors_markdown, explain, registry
 from ._file_paths import same_file
+from ._jax_internals import backend_started
 from .apps._flags import (
     USAGE,
     CommandParser,
@@ -31,7 +31,7 @@ from .apps._flags import (
 from .apps.int8_sort.cli import add_parser as add_int8_parser
 from .apps.launch_cli import add_parser as add_launch_parser
 from .data.shapes import MAX_IMAGES
-from .sharding import parse_rules
+from .sharding import parse_rules, use_cpu_devices
 
 __all__ = ["main"]
 
@@ -60,18 +60,14 @@ def _devices_asked(args: argparse.Namespace) -> int | None:
     return args.devices
 
 
-def _restart_with_host_devices(n: int | None, argv: list[str]) -> None:
-    """JAX on CPU shows one device unless XLA_FLAGS asks for more before it starts, so a run
-    with `--devices N` restarts itself once with the flag set (a no-op where devices exist)."""
-    flags = os.environ.get("XLA_FLAGS", "")
-    if not n or n < 2 or "xla_force_host_platform_device_count" in flags:
-        return
-    import jax
-
-    if jax.default_backend() == "cpu" and jax.device_count() < n:
-        env = {**os.environ, "XLA_FLAGS": f"{flags} --xla_force_host_platform_device_count={n}"}
-        sys.stdout.flush()
-        os.execve(sys.executable, [sys.executable, "-m", "shapeml.cli", *argv], env)
+def _use_devices_asked(args: argparse.Namespace) -> None:
+    """`--devices N` (or a `--mesh` of N devices) makes the CPU N JAX devices, before JAX starts;
+    none asked: one device, the Spotter's fastest on CPU (`docs/performance.md`). A process whose
+    JAX has already started (`cli.main` called from a program) keeps its devices: the run then
+    checks it has enough."""
+    n = _devices_asked(args)
+    if n and n > 1 and not backend_started():
+        use_cpu_devices(n)
 
 
 @before_the_run()
@@ -119,6 +115,7 @@ def _check_train_flags(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> int:
     from .apps.spotter_job import format_report, train_spotter
 
+    _use_devices_asked(args)
     _check_train_flags(args)
     result, report = train_spotter(
         steps=args.steps,
@@ -215,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--devices",
         type=count(high=4096),
         default=None,
-        help="shard each batch across N devices (data parallel; on CPU, N host devices)",
+        help="shard each batch across N devices (data parallel; on CPU, the cores are made N "
+        "devices; default: one device, the Spotter's fastest on CPU)",
     )
     p.add_argument(
         "--out",
@@ -291,8 +289,6 @@ def main(argv: list[str] | None = None) -> int:
     """Runs the `shapeml` command line; returns the exit status."""
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
-    if args.command == "train":
-        _restart_with_host_devices(_devices_asked(args), argv)
     return run_guarded(lambda: args.func(args))
 
 

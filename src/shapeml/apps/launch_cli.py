@@ -62,10 +62,10 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--devices-per-process",
         type=count(high=4096),
-        default=None,
+        default=1,
         metavar="N",
-        help="force N host CPU devices in each process (testing on CPU; default: what XLA_FLAGS "
-        "sets, else one CPU device per process)",
+        help="CPU devices in each process (default 1), whatever this environment's "
+        "JAX_NUM_CPU_DEVICES or XLA_FLAGS say",
     )
     p.add_argument(
         "--port",

@@ -2,7 +2,7 @@
 
 Each process gets the job's settings in its environment (`SHAPEML_COORDINATOR` = 127.0.0.1 and a
 free port, `SHAPEML_PROCESSES`, `SHAPEML_PROCESS_ID`), which `distributed.initialize()` reads, and
-optionally its own forced host CPU devices. Their output lines are tagged `[i] `. When one fails,
+its number of CPU devices, decided here whatever the launcher's own environment holds. Their output lines are tagged `[i] `. When one fails,
 the others get a grace period to stop on their own (their collectives fail once a peer is gone),
 then are killed: a job never hangs on a dead process. JAX catches SIGTERM in a process that has
 joined a job (it takes it for a preemption notice), so stopping means SIGKILL.
@@ -30,6 +30,12 @@ from ._init import ENV_COORDINATOR, ENV_PROCESS_ID, ENV_PROCESSES
 
 __all__ = ["free_port", "launch", "process_env"]
 
+# JAX's own setting of the CPU device count (`jax_num_cpu_devices`), read when `jax` is imported;
+# it wins over XLA_FLAGS' `--xla_force_host_platform_device_count`, which is removed too so that
+# the child's environment says one thing.
+ENV_CPU_DEVICES = "JAX_NUM_CPU_DEVICES"
+_XLA_COUNT_FLAG = "--xla_force_host_platform_device_count"
+
 _POLL = 0.05  # seconds between checks of the processes
 
 
@@ -41,24 +47,22 @@ def free_port() -> int:
 
 
 def process_env(
-    index: int, processes: int, port: int, devices_per_process: int | None, base: Mapping[str, str]
+    index: int, processes: int, port: int, devices_per_process: int, base: Mapping[str, str]
 ) -> dict[str, str]:
-    """The environment of process `index`: the job's settings, and with `devices_per_process`
-    that many forced host CPU devices (JAX on CPU only)."""
+    """The environment of process `index`: `base` with the job's settings and
+    `devices_per_process` CPU devices (`JAX_NUM_CPU_DEVICES`; any device count in `base`'s
+    XLA_FLAGS removed). Devices of an accelerator are not affected."""
     env = dict(base)
     env[ENV_COORDINATOR] = f"127.0.0.1:{port}"
     env[ENV_PROCESSES] = str(processes)
     env[ENV_PROCESS_ID] = str(index)
     env["PYTHONUNBUFFERED"] = "1"  # lines arrive as they are printed, tagged by process
-    if devices_per_process is not None:
-        flags = [
-            f
-            for f in env.get("XLA_FLAGS", "").split()
-            if not f.startswith("--xla_force_host_platform_device_count")
-        ]
-        flags.append(f"--xla_force_host_platform_device_count={devices_per_process}")
+    flags = [f for f in env.get("XLA_FLAGS", "").split() if not f.startswith(_XLA_COUNT_FLAG)]
+    if flags:
         env["XLA_FLAGS"] = " ".join(flags)
-        env["JAX_PLATFORMS"] = "cpu"
+    else:
+        env.pop("XLA_FLAGS", None)
+    env[ENV_CPU_DEVICES] = str(devices_per_process)
     return env
 
 
@@ -117,7 +121,7 @@ def launch(
     command: Sequence[str],
     *,
     processes: int = 2,
-    devices_per_process: int | None = None,
+    devices_per_process: int = 1,
     port: int | None = None,
     grace: float = 30.0,
     timeout: float | None = None,
@@ -129,9 +133,9 @@ def launch(
     Args:
         command: the program and its arguments, e.g. `["python", "train.py", "--steps", "100"]`.
         processes: how many processes (ranks) to start.
-        devices_per_process: force this many host CPU devices in each process (testing a
-            multi-device, multi-process job on one machine); None leaves the devices as JAX
-            finds them.
+        devices_per_process: how many CPU devices each process has (default 1; more tests a
+            multi-device, multi-process job on one machine), whatever the launcher's own
+            environment says (`JAX_NUM_CPU_DEVICES` or XLA_FLAGS' device count).
         port: the coordinator's port on 127.0.0.1 (default: a free one).
         grace: seconds the others get to stop on their own after one fails, before being killed.
         timeout: seconds the whole job may run (default: no limit); past it every process is
@@ -162,8 +166,7 @@ def launch(
             fix='pass the program first, e.g. ["python", "train.py"]',
         )
     processes = integer("processes", processes, low=1, high=4096)
-    if devices_per_process is not None:
-        devices_per_process = integer("devices_per_process", devices_per_process, low=1, high=4096)
+    devices_per_process = integer("devices_per_process", devices_per_process, low=1, high=4096)
     port = free_port() if port is None else integer("port", port, low=1, high=65535)
     grace = real("grace", grace, low=0.0)
     timeout = None if timeout is None else real("timeout", timeout, low=0.0, low_open=True)

@@ -6,10 +6,12 @@ dims, such as a KV cache); `memory_report` counts bytes per device; `load` reads
 straight onto its shards; `step_shardings` lays out a training step, its optimizer state paired
 with the params by structure; `batch_part` and `place_local_batch` feed a batch from several
 processes. Meshes may have Auto or Explicit axes (`make_mesh(..., axis_types=)`). See
-`docs/scaling.md`.
+`docs/scaling.md`. `use_cpu_devices` makes the CPU cores JAX devices (called first, explicitly).
 """
 
+from ._cpu_devices import use_cpu_devices as use_cpu_devices
 from ._errors import AxisReusedError as AxisReusedError
+from ._errors import CpuDevicesStartedError as CpuDevicesStartedError
 from ._errors import IndivisibleDimError as IndivisibleDimError
 from ._errors import MeshSpecError as MeshSpecError
 from ._errors import ProcessLayoutError as ProcessLayoutError
@@ -38,6 +40,7 @@ from ._rules import FieldPlan as FieldPlan
 
 __all__ = [
     "AxisReusedError",
+    "CpuDevicesStartedError",
     "FieldMemory",
     "FieldPlan",
     "IndivisibleDimError",
@@ -63,4 +66,5 @@ __all__ = [
     "shardings",
     "shardings_like",
     "step_shardings",
+    "use_cpu_devices",
 ]

@@ -6,6 +6,7 @@ from .._errors import ShapemlError
 
 __all__ = [
     "AxisReusedError",
+    "CpuDevicesStartedError",
     "IndivisibleDimError",
     "MeshSpecError",
     "ProcessLayoutError",
@@ -115,9 +116,10 @@ class MeshSpecError(
     explanation="""
 A mesh is given as named axis sizes, `data=2,model=2` (or `{"data": 2, "model": 2}`): each name a
 Python identifier used once, each size a positive whole number, and their product at most the
-number of devices JAX sees. On CPU, force host devices before JAX starts:
+number of devices JAX sees. On CPU, make that many devices before any JAX computation:
 
-    XLA_FLAGS=--xla_force_host_platform_device_count=4 python train.py
+    import shapeml as sm
+    sm.use_cpu_devices(4)   # first thing in the script
 
 An axis's type is "auto" (the default) or "explicit" (JAX's sharding in types), given once for
 every axis or once per axis: `make_mesh("data=2,model=2", axis_types=("explicit", "auto"))`.
@@ -141,6 +143,29 @@ the blocks its devices hold.
 
 `sharding.make_mesh("data=4,model=2")` lays `jax.devices()` out process by process with the
 first axis outermost, so naming the data axis first gives every process its own run.
+""",
+):
+    pass
+
+
+class CpuDevicesStartedError(
+    ShapemlError,
+    RuntimeError,
+    code="E1908",
+    title="CPU devices asked for after JAX started",
+    explanation="""
+`sm.use_cpu_devices(n)` makes the CPU n JAX devices (`jax.config.update("jax_num_cpu_devices",
+n)`), which JAX reads once, when its backend starts: at the first JAX computation, array or
+`jax.devices()` call. It was called after that, when the process already had another number of
+CPU devices, so nothing changed. The message names both counts.
+
+Call it first, right after the imports and before any JAX computation:
+
+    import shapeml as sm
+    sm.use_cpu_devices()        # one device per usable core (at most 8)
+    m = Model.init(seed=0)      # JAX starts here, with those devices
+
+Asking again for the count the process already has is not an error.
 """,
 ):
     pass

@@ -5,12 +5,10 @@ from ._loop import TrainingDivergedError as TrainingDivergedError
 from ._loop import TrainResult as TrainResult
 from ._loop import train as train
 from ._step import TrainStep as TrainStep
-from ._step import make_mesh as make_mesh
 
 __all__ = [
     "TrainResult",
     "TrainStep",
     "TrainingDivergedError",
-    "make_mesh",
     "train",
 ]

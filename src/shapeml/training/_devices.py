@@ -1,5 +1,6 @@
-"""The devices a `TrainStep` without a mesh trains on: every CPU device `import shapeml` made (one
-per core, `sm.cpu_devices()`), each batch split over them, the model and optimizer replicated.
+"""The devices a `TrainStep` without a mesh trains on: every device of the process (several CPU
+devices after `sm.use_cpu_devices()`), each batch split over them, the model and optimizer
+replicated.
 
 Each device computes the loss and gradient of its rows; XLA averages the gradients across devices
 (an all-reduce), so every replica applies the same update and the result is the step of the whole
@@ -17,7 +18,6 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._cores import cpu_devices
 from .._errors import ArgumentError
 from .._validate import integer
 
@@ -51,25 +51,24 @@ class DataParallel:
 
 
 def default_devices(devices: int | None) -> DataParallel | None:
-    """The data-parallel placement of a `TrainStep` given no mesh: `devices=None` uses every CPU
-    device `import shapeml` made (none made: one device), `devices=1` one device, `devices=N`
-    the first N devices.
+    """The data-parallel placement of a `TrainStep` given no mesh: `devices=None` uses every
+    device of this process (in a job of several processes, one: a job spans processes through a
+    mesh), `devices=1` one device, `devices=N` the first N devices.
 
     Raises:
         ArgumentError: (E0002) for more devices than JAX has.
     """
     if devices is None:
-        made = cpu_devices().count
-        if made is None or jax.process_count() > 1 or jax.default_backend() != "cpu":
+        if jax.process_count() > 1:
             return None
-        chosen = jax.devices("cpu")[:made]
+        chosen = jax.local_devices()
     else:
         n = integer("devices", devices, low=1)
         if n > jax.device_count():
             raise ArgumentError(
                 f"devices={n}, but JAX has {jax.device_count()} device(s)",
-                fix="pass at most that many; on CPU, every core is a device unless "
-                "SHAPEML_CPU_DEVICES=1 or XLA_FLAGS says otherwise (see sm.cpu_devices())",
+                fix="pass at most that many; on CPU, call sm.use_cpu_devices(N) first, before "
+                "any JAX computation, to make N devices",
             )
         chosen = jax.devices()[:n]
     if len(chosen) < 2:

@@ -111,7 +111,8 @@ def train(
         resume: continue from `checkpoint` if it exists (from a manager: its latest complete
             checkpoint, placed on `mesh` by `rules`); the data iterator is fast-forwarded past
             the batches already used, so a resumed run equals an uninterrupted one.
-        devices: shard each batch across this many devices (data parallel; params replicated).
+        devices: shard each batch across this many devices (data parallel; params replicated);
+            default every device of the process (one unless `sm.use_cpu_devices()` made more).
         progress: show a tqdm progress bar (loss, metrics, skipped steps, steps/s).
         accumulate: average the gradients of this many batches per update (`optax.MultiSteps`);
             1 keeps the optimizer's own setting (`optim.adamw(m, ..., accumulate=N)`).

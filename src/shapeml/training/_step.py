@@ -9,8 +9,7 @@ updates the params alone.
 from __future__ import annotations
 
 import typing
-import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -27,7 +26,7 @@ from ..optim import Optimizer, averaged, update
 from ._devices import default_devices
 from ._grads import Gradients
 
-__all__ = ["TrainStep", "make_mesh"]
+__all__ = ["TrainStep"]
 
 
 def _split_aux(aux: Any, cls: type) -> tuple[Model | None, Any]:
@@ -80,9 +79,9 @@ class TrainStep:
     steps: one compile. The mesh's axes may be Auto or Explicit (`jax.make_mesh`'s default): the
     loss is traced for Auto axes either way, and the model keeps its shardings' types. In a job
     of several processes each process passes its own part of each batch (see `__call__`).
-    Without a mesh, each batch is split over every CPU device `import shapeml` made (one per
-    core, `sm.cpu_devices()`: data parallelism across cores, the same update as on one device)
-    unless `devices=1`.
+    Without a mesh, each batch is split over every device of the process (on CPU, the cores
+    `sm.use_cpu_devices()` made devices: data parallelism across cores, the same update as on
+    one device) unless `devices=1`.
 
     `precision` computes the loss in bfloat16 or float16 while the params and their update stay
     float32 (`sm.Precision`; float16 scales the loss). `remat` names the rematerialization policy
@@ -135,7 +134,7 @@ class TrainStep:
                 "devices when there is no mesh",
                 fix="pass mesh= (with rules=) or devices=, not both",
             )
-        # Without a mesh: every CPU device shapeml made, the batch split over them (or one).
+        # Without a mesh: every device of the process, the batch split over them (or one).
         self._cores = None if mesh is not None else default_devices(devices)
         if self._cores is not None:
             model, opt = self._cores.replicate((model, opt))
@@ -213,19 +212,3 @@ class TrainStep:
         """How many distinct programs this step runs (1 in a healthy training run). A step of
         the same loss, options and layout as an earlier one takes its compiled program."""
         return self._shell.compile_count
-
-
-def make_mesh(devices: int | Sequence[jax.Device], axis: str = "data") -> jax.sharding.Mesh:
-    """Deprecated: use `shapeml.sharding.make_mesh`, the one mesh maker (`make_mesh("data=2")`).
-
-    A 1-D mesh over `devices` (a count takes the first n devices) for data parallelism.
-    """
-    warnings.warn(
-        "shapeml.training.make_mesh is deprecated: use shapeml.sharding.make_mesh, e.g. "
-        f'make_mesh("{axis}=N")',
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if isinstance(devices, int):
-        return sharding.make_mesh({axis: devices})
-    return sharding.make_mesh({axis: len(devices)}, devices=list(devices))

@@ -70,9 +70,13 @@ def _train(args: argparse.Namespace) -> int:
 def _generate(args: argparse.Namespace) -> int:
     import jax
 
+    from ..._jax_internals import backend_started
     from ...int8 import Int8Model
+    from ...sharding import use_cpu_devices
     from .shipped import TINY_MODEL_PATH
 
+    if args.tp is not None and args.tp > 1 and not backend_started():
+        use_cpu_devices(args.tp)  # on CPU, the tensor-parallel devices; made before JAX starts
     if args.model is not None:
         input_file(args.model, "--model")
     if not args.prompt:
@@ -197,8 +201,8 @@ def add_parser(subparsers) -> None:
         "--tp",
         type=count(high=4096),
         default=None,
-        help="tensor-parallel degree: split heads and FFN over N devices (on CPU set "
-        "XLA_FLAGS=--xla_force_host_platform_device_count=N)",
+        help="tensor-parallel degree: split heads and FFN over N devices (on CPU, the cores are "
+        "made N devices)",
     )
     g.add_argument(
         "--repeat",
