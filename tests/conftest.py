@@ -1,15 +1,10 @@
-"""Suite-wide settings: strict numerics (no silent rank promotion), one CPU device, a key fixture,
-and how `-n 2` spreads the tests over its workers."""
+"""Suite-wide settings: strict numerics (no silent rank promotion), a key fixture, and how `-n 2`
+spreads the tests over its workers."""
 
-import os
 from pathlib import Path
 
-# `import shapeml` makes every core a JAX device unless told not to: the suite runs on one device
-# (its subprocesses inherit this), and tests of that default set the environment they need.
-os.environ["SHAPEML_CPU_DEVICES"] = "1"
-
-import jax  # noqa: E402
-import pytest  # noqa: E402
+import jax
+import pytest
 
 jax.config.update("jax_numpy_rank_promotion", "raise")
 

@@ -2,7 +2,6 @@
 module that declares error codes is in the one list, and files stay small."""
 
 import ast
-import importlib
 import re
 from pathlib import Path
 
@@ -13,8 +12,8 @@ from shapeml._errors import CODE_MODULES
 
 SRC = Path(sm.__file__).parent
 ROOT = "shapeml"
-# Built on the core, never imported by it (`_moved` holds the old names of what moved up here).
-LAYERS_ON_TOP = ("shapeml.zoo", "shapeml.apps", "shapeml.cli", "shapeml._moved")
+# Built on the core, never imported by it.
+LAYERS_ON_TOP = ("shapeml.zoo", "shapeml.apps", "shapeml.cli")
 MAX_LINES = 350
 
 
@@ -134,30 +133,3 @@ def test_every_code_is_known_to_explain_in_a_fresh_process():
 def test_source_files_stay_small(name):
     lines = len(MODULES[name].read_text().splitlines())
     assert lines <= MAX_LINES, f"{MODULES[name]} has {lines} lines (split it below {MAX_LINES})"
-
-
-@pytest.mark.parametrize("name", ["spotter", "mixer", "transformer"])
-def test_moved_modules_keep_their_old_names_with_a_warning(name):
-    import sys
-
-    sys.modules.pop(f"shapeml.models.{name}", None)
-    with pytest.warns(DeprecationWarning, match=f"shapeml.zoo.{name}"):
-        old = importlib.import_module(f"shapeml.models.{name}")
-    assert old is importlib.import_module(f"shapeml.zoo.{name}")
-
-
-@pytest.mark.parametrize(
-    ("home", "name", "new"),
-    [
-        ("int8", "tiny_model", "apps.int8_sort.shipped"),
-        ("training", "train_spotter", "apps.spotter_job"),
-        ("training", "evaluate_spotter", "apps.spotter_job"),
-    ],
-)
-def test_moved_names_keep_working_from_their_old_home_with_a_warning(home, name, new):
-    old_home = importlib.import_module(f"shapeml.{home}")
-    with pytest.warns(DeprecationWarning, match=f"use shapeml.{new.rsplit('.', 1)[0]}"):
-        value = getattr(old_home, name)
-    assert value is getattr(importlib.import_module(f"shapeml.{new}"), name)
-    with pytest.raises(AttributeError):
-        old_home.no_such_name  # noqa: B018

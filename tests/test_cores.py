@@ -1,5 +1,5 @@
-"""Every core a device by default (`sm.cpu_devices`, `SHAPEML_CPU_DEVICES`), in subprocesses: the
-flag must be set before JAX's backend starts, so each case is a fresh interpreter."""
+"""Every core, explicitly (`sm.use_cpu_devices`), in subprocesses: JAX reads the device count once,
+when its backend starts, so each case is a fresh interpreter."""
 
 import json
 import os
@@ -9,15 +9,17 @@ import textwrap
 
 import pytest
 
-from shapeml import _cores
+import shapeml as sm
 
-SCRIPT = textwrap.dedent(
+TRAJECTORIES = textwrap.dedent(
     """
     import json
     import jax, numpy as np
     import shapeml as sm
     from shapeml import nn, optim
     from shapeml.training import TrainStep
+
+    made = sm.use_cpu_devices(3)
 
     def loss(m, x, y):
         return ((m(x) - y) ** 2).mean()
@@ -32,22 +34,20 @@ SCRIPT = textwrap.dedent(
             out.append(float(step(x, np.sin(x))))
         return out, len(step.model.up.w.sharding.device_set)
 
-    d = sm.cpu_devices()
-    out = dict(count=d.count, reason=d.reason, devices=jax.device_count())
-    if d.count == 3:  # the default case only reports what it decided
-        out["split"], out["split_on"] = trajectory(6 * d.count)
-        out["one"], out["one_on"] = trajectory(6 * d.count, devices=1)
-        out["odd"], _ = trajectory(6 * d.count + 1)
-        out["odd_one"], _ = trajectory(6 * d.count + 1, devices=1)
+    out = dict(made=made, devices=jax.device_count())
+    out["split"], out["split_on"] = trajectory(18)
+    out["one"], out["one_on"] = trajectory(18, devices=1)
+    out["odd"], _ = trajectory(19)
+    out["odd_one"], _ = trajectory(19, devices=1)
     print("RESULT" + json.dumps(out))
     """
 )
 
 
-def _run(**env) -> dict:
-    base = {k: v for k, v in os.environ.items() if k not in ("SHAPEML_CPU_DEVICES", "XLA_FLAGS")}
+def _run(script: str, **env) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in ("JAX_NUM_CPU_DEVICES", "XLA_FLAGS")}
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT],
+        [sys.executable, "-c", script],
         env={**base, "JAX_PLATFORMS": "cpu", **env},
         capture_output=True,
         text=True,
@@ -60,11 +60,11 @@ def _run(**env) -> dict:
 
 @pytest.fixture(scope="module")
 def three():
-    return _run(SHAPEML_CPU_DEVICES="3")
+    return _run(TRAJECTORIES)
 
 
 def test_asking_for_devices_makes_them_and_train_step_splits_the_batch(three):
-    assert three["count"] == 3 and three["devices"] == 3, three["reason"]
+    assert three["made"] == 3 and three["devices"] == 3
     assert three["split_on"] == 3 and three["one_on"] == 1
 
 
@@ -78,30 +78,50 @@ def test_a_batch_the_devices_do_not_divide_trains_the_same(three):
         assert odd == pytest.approx(one, rel=1e-5, abs=1e-6)
 
 
-def test_the_default_is_one_device_per_usable_core():
-    out = _run()
-    cores = len(os.sched_getaffinity(0))
-    want = min(cores, 8) if cores > 1 else None
-    assert out["count"] == want and out["devices"] == (want or 1), out["reason"]
+COUNT = (
+    "import json, jax, shapeml as sm\n"
+    "made = sm.use_cpu_devices()\n"
+    "print('RESULT' + json.dumps(dict(made=made, devices=jax.local_device_count())))\n"
+)
 
 
 @pytest.mark.parametrize(
-    ("env", "started", "words"),
+    ("env", "want"),
     [
-        ({"SHAPEML_CPU_DEVICES": "1"}, False, "opted out"),
-        ({"SHAPEML_CPU_DEVICES": "off"}, False, "opted out"),
-        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}, False, "already sets"),
-        ({"SHAPEML_PROCESSES": "2"}, False, "launcher decides"),
-        ({}, True, "backend started"),
-        ({"SHAPEML_CPU_DEVICES": "many"}, False, "not a count"),
+        ({}, min(len(os.sched_getaffinity(0)), 8)),  # one device per usable core, at most 8
+        ({"JAX_NUM_CPU_DEVICES": "2"}, 2),  # as `shapeml launch` sets it for each process
+        ({"XLA_FLAGS": "--xla_force_host_platform_device_count=3"}, 3),
     ],
 )
-def test_the_user_the_launcher_and_a_started_backend_always_win(env, started, words):
-    decision, flags = _cores._decide(env, started, cores=4)
-    assert decision.count is None and flags is None and words in decision.reason
+def test_the_default_count_is_one_per_core_unless_the_process_was_given_one(env, want):
+    assert _run(COUNT, **env) == {"made": want, "devices": want}
 
 
-def test_the_flag_is_added_to_the_users_other_flags():
-    decision, flags = _cores._decide({"XLA_FLAGS": "--xla_cpu_use_xnnpack=false"}, False, cores=16)
-    assert decision.count == 8
-    assert flags == "--xla_cpu_use_xnnpack=false --xla_force_host_platform_device_count=8"
+STARTED = textwrap.dedent(
+    """
+    import json, jax, shapeml as sm
+    jax.numpy.zeros(2).block_until_ready()  # JAX starts, with one CPU device
+    out = dict(same=sm.use_cpu_devices(1))
+    try:
+        sm.use_cpu_devices(2)
+    except sm.ShapemlError as e:
+        out["code"], out["message"] = e.code, str(e)
+    out["devices"] = jax.local_device_count()
+    print("RESULT" + json.dumps(out))
+    """
+)
+
+
+def test_asking_after_jax_started_is_a_coded_error_naming_both_counts_and_the_fix():
+    out = _run(STARTED)
+    assert out["same"] == 1 and out["devices"] == 1  # asking for what it has: quiet
+    assert out["code"] == "E1908"
+    assert "asked for 2 CPU device(s), but JAX has already started with 1" in out["message"]
+    assert "call sm.use_cpu_devices() first" in out["message"]
+
+
+@pytest.mark.parametrize(("n", "code"), [(0, "E0002"), (2.5, "E0003"), ("4", "E0003")])
+def test_a_count_that_is_not_a_positive_whole_number_is_refused(n, code):
+    with pytest.raises(sm.ShapemlError) as info:
+        sm.use_cpu_devices(n)
+    assert info.value.code == code

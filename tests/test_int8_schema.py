@@ -35,9 +35,6 @@ def test_round_trip_through_a_file(base, tmp_path):
     assert m2.generate([1, 2], 3) == m.generate([1, 2], 3)
     assert json.loads(path.read_text())["format"] == int8.FORMAT
     assert list(tmp_path.iterdir()) == [path]  # no temp file left behind
-    with pytest.warns(DeprecationWarning, match="to_json"):
-        m.save(tmp_path / "old.json")  # the deprecated name of to_json(path)
-    assert (tmp_path / "old.json").read_text() == text
 
 
 def test_the_model_is_an_sm_model_in_shared_dims(base, tmp_path):

@@ -63,17 +63,6 @@ def float_model():
     return sm.load(int8_sort.TINY_FLOAT_PATH, tfm.Transformer)
 
 
-def test_the_deprecated_names_still_work():
-    with pytest.warns(DeprecationWarning, match="shapeml.apps.int8_sort.tiny_model"):
-        assert int8.tiny_model is int8_sort.tiny_model
-    with pytest.warns(DeprecationWarning, match="TINY_MODEL_PATH"):
-        assert int8.TINY_MODEL_PATH == int8_sort.TINY_MODEL_PATH
-    with pytest.warns(DeprecationWarning, match="TINY_FLOAT_PATH"):
-        assert int8.TINY_FLOAT_PATH == int8_sort.TINY_FLOAT_PATH
-    with pytest.raises(AttributeError):
-        int8.no_such_name  # noqa: B018
-
-
 def test_the_json_export_is_the_shipped_file(model):
     assert model.to_json().encode() == int8_sort.TINY_MODEL_PATH.read_bytes()
 

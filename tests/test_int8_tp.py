@@ -31,7 +31,7 @@ SCRIPT = textwrap.dedent(
         return lax.psum(acc, axis), out
 
 
-    warnings.simplefilter("error")  # the documented path warns nothing (int8.make_mesh would)
+    warnings.simplefilter("error")  # the documented path warns nothing
     out = {}
     for seed, dims in enumerate([dict(d=32, heads=4, d_ff=64, vocab=16, ctx=12),
                                  dict(d=48, heads=8, d_ff=16, vocab=9, ctx=7, table_len=6)]):
@@ -134,13 +134,3 @@ def test_tp_prompt_next_tokens_pieces_and_placement(result, seed):
 def test_requant_before_psum_differs(result, seed, tp):
     # logits differ at most positions of the trace when partials are requantized before the sum
     assert result[seed][f"negative_control_{tp}"] >= 3
-
-
-def test_int8_make_mesh_is_a_deprecated_alias_of_sharding_make_mesh():
-    from shapeml import int8, sharding
-
-    with pytest.warns(DeprecationWarning, match=r"sharding\.make_mesh"):
-        mesh = int8.make_mesh(1)
-    assert mesh == sharding.make_mesh({"tp": 1})
-    with pytest.warns(DeprecationWarning), pytest.raises(int8.Int8TensorParallelError):
-        int8.make_mesh(0)

@@ -212,9 +212,8 @@ def test_optimizer_of_another_model_or_no_optimizer_is_refused():
     with pytest.raises(sm.ShapemlError) as info:
         sharding.step_shardings(m, optim.sgd(Other.init(seed=0), 0.1), mesh, {"F": "data"})
     assert info.value.code == "E1201"
-    with pytest.warns(DeprecationWarning, match="not an optim.Optimizer"):
-        placed = sharding.shardings_like({"mu": {"w": m.w}}, m, mesh, {"F": "data"})
-    assert placed["mu"]["w"].spec == P(None, "data")
+    with pytest.raises(sm.ArgumentTypeError, match=r"sharding\.shardings\(m, mesh, rules\)"):
+        sharding.shardings_like({"mu": {"w": m.w}}, m, mesh, {"F": "data"})
 
 
 def test_a_transformation_optax_cannot_pair_is_placed_by_its_init():

@@ -477,18 +477,6 @@ def test_read_only_state_and_traced_calls():
     assert "clamps" in sm.explain("E1401").explanation
 
 
-def test_assume_in_bounds_is_a_deprecated_no_op_and_indices_stay_checked():
-    cache = KVCache(layers=1, ctx=4, heads=1, head_dim=2)
-    kv = jnp.ones((1, 1, 2))
-    write = jax.jit(lambda c, p: c.write(0, p, kv, kv).k)
-    with pytest.deprecated_call(), sm.state.assume_in_bounds():
-        np.testing.assert_array_equal(write(cache, 1), cache.write(0, 1, kv, kv).k)
-        with pytest.raises(RUNTIME_ERRORS, match="E1401"):
-            jax.block_until_ready(write(cache, 4))
-        with pytest.raises(StateIndexError):
-            cache.write(0, 4, kv, kv)
-
-
 def test_missing_body_and_bad_declarations_are_explained():
     class NoBody(Graph):
         def __init__(self):

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import warnings
 from typing import Any
 
 import equinox as eqx
@@ -36,7 +35,6 @@ __all__ = [
     "IndexChecks",
     "StateIndexError",
     "StateIndexTypeError",
-    "assume_in_bounds",
     "check_index",
     "checked_before_step",
     "coded_check_failure",
@@ -334,14 +332,3 @@ def check_index(
     # (int8, uint32, ...) can start one slice.
     return idx if idx.dtype == _int() else idx.astype(_int())
 
-
-@contextlib.contextmanager
-def assume_in_bounds():
-    """Deprecated, and does nothing: every index is checked in every context."""
-    warnings.warn(
-        "shapeml.state.assume_in_bounds() is deprecated and does nothing: indices are always "
-        "checked; remove the `with` block",
-        DeprecationWarning,
-        stacklevel=3,
-    )
-    yield

@@ -11,7 +11,6 @@ nothing; in your own `jit` by `eqx.error_if`.
 from __future__ import annotations
 
 import typing
-import warnings
 from typing import Any
 
 import equinox as eqx
@@ -82,22 +81,6 @@ class KVCache(eqx.Module):
         self.k = allocate_zeros(shape, dtype, what=f"{name}.k {axes}", fix=fix)
         self.v = allocate_zeros(shape, dtype, what=f"{name}.v {axes}", fix=fix)
         self.name = name
-
-    def with_checks(self, checks: Any = None) -> KVCache:
-        """Deprecated, and returns the cache unchanged: every position is checked by
-        `check_index`, and a stateful step runs those checks before it runs."""
-        warnings.warn(
-            "KVCache.with_checks is deprecated and does nothing: positions are always checked, "
-            "before the step in a Graph or a cached decoder; remove the call",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self
-
-    @property
-    def checks(self) -> None:
-        """Deprecated: always None (positions are checked by `check_index`)."""
-        return None
 
     @property
     def layers(self) -> int:

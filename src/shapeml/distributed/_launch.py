@@ -2,10 +2,11 @@
 
 Each process gets the job's settings in its environment (`SHAPEML_COORDINATOR` = 127.0.0.1 and a
 free port, `SHAPEML_PROCESSES`, `SHAPEML_PROCESS_ID`), which `distributed.initialize()` reads, and
-its number of CPU devices, decided here whatever the launcher's own environment holds. Their output lines are tagged `[i] `. When one fails,
-the others get a grace period to stop on their own (their collectives fail once a peer is gone),
-then are killed: a job never hangs on a dead process. JAX catches SIGTERM in a process that has
-joined a job (it takes it for a preemption notice), so stopping means SIGKILL.
+its number of CPU devices, decided here whatever the launcher's own environment holds. Their
+output lines are tagged `[i] `. When one fails, the others get a grace period to stop on their own
+(their collectives fail once a peer is gone), then are killed: a job never hangs on a dead process.
+JAX catches SIGTERM in a process that has joined a job (it takes it for a preemption notice), so
+stopping means SIGKILL.
 """
 
 from __future__ import annotations

@@ -39,7 +39,6 @@ from ._schema import FORMAT as FORMAT
 from ._tokenizer import Tokenizer as Tokenizer
 from ._tp import TensorPlacement as TensorPlacement
 from ._tp import TpManifest as TpManifest
-from ._tp import make_mesh as make_mesh  # deprecated: sharding.make_mesh({"tp": N})
 from ._tp import place as place
 from ._tp import tp_generate as tp_generate
 from ._tp import tp_step as tp_step
@@ -69,7 +68,6 @@ __all__ = [
     "TpManifest",
     "exp_table",
     "generate_loop",
-    "make_mesh",
     "place",
     "project",
     "reference_generate",

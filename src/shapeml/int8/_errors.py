@@ -176,8 +176,8 @@ class Int8TensorParallelError(
     title="tensor-parallel degree does not fit",
     explanation="""
 Tensor parallel decode splits the heads and the FFN columns evenly over tp devices, so tp must
-divide both `heads` and `d_ff`, and the process must see at least tp JAX devices (on CPU, set
-XLA_FLAGS=--xla_force_host_platform_device_count=N before JAX starts).
+divide both `heads` and `d_ff`, and the process must see at least tp JAX devices (on CPU, call
+`sm.use_cpu_devices(N)` first, before any JAX computation).
 """,
 ):
     pass

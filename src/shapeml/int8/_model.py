@@ -14,7 +14,6 @@ import functools
 import json
 import os
 import types
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -115,17 +114,6 @@ class Int8Model(Model):
         if path is not None:
             atomic_write(path, text.encode())
         return text
-
-    @_host_method
-    def save(self, path: str | os.PathLike) -> None:
-        """Deprecated alias of `to_json(path)`: writes the JSON model file atomically. (A
-        safetensors checkpoint is `sm.save(path, m)`.)"""
-        warnings.warn(
-            "Int8Model.save(path) is deprecated: use to_json(path) (or sm.save for a checkpoint)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        self.to_json(path)
 
     @classmethod
     def random(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,7 +35,6 @@ __all__ = [
     "TensorPlacement",
     "TpManifest",
     "check_tp",
-    "make_mesh",
     "manifest",
     "mesh",
     "place",
@@ -123,8 +121,8 @@ def check_tp(tp: Any, dims: Mapping[str, int], *, devices: bool = True) -> None:
     if devices and len(jax.devices()) < tp:
         raise Int8TensorParallelError(
             f"tp={tp} needs {tp} devices, this process sees {len(jax.devices())}",
-            fix=f"run with XLA_FLAGS=--xla_force_host_platform_device_count={tp} (set before "
-            "JAX starts) or on a machine with more devices",
+            fix=f"on CPU, call sm.use_cpu_devices({tp}) first, before any JAX computation; or "
+            "run on a machine with more devices",
         )
 
 
@@ -132,26 +130,6 @@ def check_tp(tp: Any, dims: Mapping[str, int], *, devices: bool = True) -> None:
 def tp_mesh(tp: int) -> Mesh:
     """The one-axis mesh `"tp"` over the first tp devices (`sharding.make_mesh`), made once per tp."""
     return sharding_make_mesh({AXIS: tp})
-
-
-def make_mesh(tp: Any) -> Mesh:
-    """Deprecated: `shapeml.sharding.make_mesh({"tp": tp})`, the library's one `make_mesh`.
-
-    Raises:
-        Int8TensorParallelError: (E1611) tp not a positive int, or more than the devices seen.
-    """
-    warnings.warn(
-        "shapeml.int8.make_mesh(tp) is deprecated: use shapeml.sharding.make_mesh({'tp': tp})",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    if type(tp) is not int or not 1 <= tp <= len(jax.devices()):
-        raise Int8TensorParallelError(
-            f"tp = {shorten(tp)} is not a device count in 1..{len(jax.devices())}",
-            fix="pass a positive int at most the number of devices (on CPU, set XLA_FLAGS="
-            "--xla_force_host_platform_device_count=N before JAX starts)",
-        )
-    return tp_mesh(tp)
 
 
 def mesh(m, tp: Any) -> Mesh:

@@ -1,7 +1,4 @@
-"""Models: the `Model` base, dims, field declarations, initializers and checkpoints (the core).
-
-`shapeml.models.spotter`, `.mixer` and `.transformer` are deprecated aliases of `shapeml.zoo.*`.
-"""
+"""Models: the `Model` base, dims, field declarations, initializers and checkpoints (the core)."""
 
 from ._checkpoint import CheckpointError as CheckpointError
 from ._checkpoint import CheckpointFileError as CheckpointFileError

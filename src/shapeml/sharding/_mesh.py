@@ -134,8 +134,8 @@ def make_mesh(
         raise MeshSpecError(
             f"mesh {','.join(f'{k}={v}' for k, v in shape.items())} needs {n} devices, "
             f"there are {len(devices)}",
-            fix="use smaller axes; on CPU set XLA_FLAGS=--xla_force_host_platform_device_count="
-            f"{n} before JAX starts",
+            fix=f"use smaller axes; on CPU call sm.use_cpu_devices({n}) first, before any JAX "
+            "computation",
         )
     grid = np.array(devices[:n], dtype=object).reshape(tuple(shape.values()))
     return Mesh(grid, tuple(shape), axis_types=types)

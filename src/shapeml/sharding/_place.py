@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,35 +153,20 @@ def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
     other leaf (step counts, scalars) is replicated; see `docs/scaling.md`. The same as
     `step_shardings(m, tree, mesh, rules).opt`.
 
-    Deprecated for any other pytree: it is then placed by the old guess, a leaf whose dotted path
-    ends in a field's name and has that field's shape like the field, the rest replicated. Use
-    `shardings(m, mesh, rules)` for a model-shaped tree.
-
     Raises:
+        ArgumentTypeError: (E0003) for a tree that is not an `optim.Optimizer` (a model-shaped
+            tree is placed by `shardings(m, mesh, rules)`).
         OptimizerMismatchError: (E1201) for an optimizer of another model class; and the errors
             of `shardings`.
     """
-    plans = checked_plans(m, mesh, rules)
-    if isinstance(tree, Optimizer):
-        return opt_shardings(m, tree, plans, mesh)
-    warnings.warn(
-        "sharding.shardings_like(tree, ...) of a tree that is not an optim.Optimizer is "
-        "deprecated: it pairs leaves with fields by path suffix and shape. Pass the optimizer "
-        "(placed by structure), or use sharding.shardings(m, mesh, rules) for a model-shaped tree",
-        DeprecationWarning,
-        stacklevel=2,
+    instance(
+        "tree",
+        tree,
+        Optimizer,
+        "the model's optimizer (optim.adamw(m, ...)); a model-shaped tree is placed by "
+        "sharding.shardings(m, mesh, rules)",
     )
-    replicated = NamedSharding(mesh, P())
-
-    def one(path, leaf):
-        parts = dotted_name(path).split(".")
-        for i in range(len(parts)):
-            p = plans.get(".".join(parts[i:]))
-            if p is not None and tuple(np.shape(leaf)) == p.shape:
-                return NamedSharding(mesh, p.spec)
-        return replicated
-
-    return jax.tree_util.tree_map_with_path(one, tree)
+    return opt_shardings(m, tree, checked_plans(m, mesh, rules), mesh)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,16 +201,10 @@ def step_shardings(
     _check_axis(batch_axis, mesh)
     return StepShardings(
         model=shardings(m, mesh, rules),
-        opt=_opt(opt, m, mesh, rules),
+        opt=shardings_like(opt, m, mesh, rules),
         batch=NamedSharding(mesh, P(batch_axis)),
         replicated=NamedSharding(mesh, P()),
     )
-
-
-def _opt(opt: Any, m: Model, mesh: Mesh, rules: Rules):
-    if isinstance(opt, Optimizer):
-        return opt_shardings(m, opt, checked_plans(m, mesh, rules), mesh)
-    return shardings_like(opt, m, mesh, rules)  # deprecated: warns
 
 
 def _check_axis(axis: str | None, mesh: Mesh) -> None:

@@ -9,7 +9,6 @@ step runs (never clamped); `Graph.reference` runs the same body eagerly on the h
 from .._index import IndexChecks as IndexChecks
 from .._index import StateIndexError as StateIndexError
 from .._index import StateIndexTypeError as StateIndexTypeError
-from .._index import assume_in_bounds as assume_in_bounds
 from .._index import check_index as check_index
 from .._index import span as span
 from .._inputs import StepInputError as GraphInputError
@@ -47,7 +46,6 @@ __all__ = [
     "StateWriteError",
     "UnboundParamError",
     "WeightWriteError",
-    "assume_in_bounds",
     "check_index",
     "param",
     "span",

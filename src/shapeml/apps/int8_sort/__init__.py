@@ -2,8 +2,7 @@
 `shapeml.int8.Int8Model`, the shipped model, and the `shapeml int8` command.
 
 Built on the library (`shapeml.int8`, `shapeml.zoo.transformer`, `shapeml.optim`); nothing in the
-library imports it. `shapeml.int8.tiny_model`, `TINY_MODEL_PATH` and `TINY_FLOAT_PATH` are
-deprecated aliases of the names here.
+library imports it.
 """
 
 from .shipped import TINY_FLOAT_PATH as TINY_FLOAT_PATH
