@@ -4,6 +4,8 @@ kinds, and sharded checkpoints on one device (their multi-process runs: test_mul
 from __future__ import annotations
 
 import io
+import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -26,15 +28,44 @@ PY = sys.executable
 # -- the launcher ---------------------------------------------------------------------------------
 def test_launch_gives_each_process_the_job_settings_and_tags_its_lines():
     out = io.StringIO()
-    code = "import os; print(*(os.environ[k] for k in ('SHAPEML_PROCESS_ID', " + (
-        "'SHAPEML_PROCESSES', 'SHAPEML_COORDINATOR', 'XLA_FLAGS', 'JAX_PLATFORMS')))"
+    code = "import os; print(*(os.environ.get(k) for k in ('SHAPEML_PROCESS_ID', " + (
+        "'SHAPEML_PROCESSES', 'SHAPEML_COORDINATOR', 'JAX_NUM_CPU_DEVICES', 'XLA_FLAGS')))"
     )
-    assert distributed.launch([PY, "-c", code], processes=3, devices_per_process=2, out=out) == 0
+    parent = {"XLA_FLAGS": "--xla_cpu_use_xnnpack=false --xla_force_host_platform_device_count=4"}
+    env = {**os.environ, **parent, "JAX_NUM_CPU_DEVICES": "4"}
+    run = distributed.launch([PY, "-c", code], processes=3, devices_per_process=2, out=out, env=env)
+    assert run == 0
     lines = sorted(out.getvalue().splitlines())
     assert [ln.split()[:3] for ln in lines] == [[f"[{i}]", str(i), "3"] for i in range(3)]
     address = {ln.split()[3] for ln in lines}
     assert len(address) == 1 and address.pop().startswith("127.0.0.1:")
-    assert all(ln.endswith("--xla_force_host_platform_device_count=2 cpu") for ln in lines)
+    # the launcher's count, whatever the parent's environment said; its other XLA flags kept
+    assert all(ln.endswith(" 2 --xla_cpu_use_xnnpack=false") for ln in lines)
+
+
+# The parent's environment forces 4 devices; each process gets the launcher's count.
+FOUR = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4"}
+
+
+@pytest.mark.parametrize(
+    ("flags", "parent", "want"),
+    [
+        ([], FOUR, 1),
+        (["--devices-per-process", "2"], {**FOUR, "JAX_NUM_CPU_DEVICES": "4"}, 2),
+    ],
+)
+def test_shapeml_launch_decides_each_processs_devices(flags, parent, want):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_NUM_CPU_DEVICES")}
+    code = "import shapeml, jax; print(jax.local_device_count())"
+    run = subprocess.run(
+        [PY, "-m", "shapeml.cli", "launch", "--processes", "2", *flags, "--", PY, "-c", code],
+        env={**env, **parent},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert sorted(run.stdout.splitlines()) == [f"[0] {want}", f"[1] {want}"]
 
 
 def test_launch_reports_the_failed_process_and_stops_the_others_after_the_grace_period():
@@ -62,7 +93,9 @@ def test_shapeml_launch_runs_the_command_after_the_separator(capsys):
     assert cli.main(["launch", "--processes", "2", "--", PY, "-c", "print('hi')"]) == 0
     assert sorted(capsys.readouterr().out.splitlines()) == ["[0] hi", "[1] hi"]
     assert cli.main(["launch", "--processes", "2", "--", PY, "-c", "import sys; sys.exit(5)"]) == 5
-    assert capsys.readouterr().err.startswith("error: [E2201] process 0 of 2 exited with status 5")
+    # both fail; whichever the launcher sees first is named
+    err = capsys.readouterr().err
+    assert re.match(r"error: \[E2201\] process [01] of 2 exited with status 5", err), err
     assert cli.main(["launch", "--processes", "2"]) == 2
     assert "[E2101] shapeml launch got no command to run" in capsys.readouterr().err
 
