@@ -1,5 +1,6 @@
-"""Every core a device, and pacing: the char GPT's `TrainStep` on every CPU device (the default,
-one step at a time), the same without pacing, and on one device, interleaved in one run.
+"""Every core a device, and pacing: the char GPT's `TrainStep` on every CPU device
+(`sm.use_cpu_devices()`, one step at a time), the same without pacing, and on one device,
+interleaved in one run.
 
 Pacing (`shapeml/_devices.py`) makes a step on several CPU devices wait for the previous one
 before it is queued; the unpaced contender turns that off on its own shell, to measure its cost.
@@ -12,6 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import jax  # noqa: E402
 from _timing import interleaved  # noqa: E402
 from gpt_step import GPT, SMALL, _tokens, shapeml_step  # noqa: E402
 
@@ -19,8 +21,9 @@ import shapeml as sm  # noqa: E402
 
 
 def main() -> None:
+    made = sm.use_cpu_devices()  # first, before JAX starts
     rounds = 3 if "--quick" in sys.argv else 9
-    print(f"devices: {sm.cpu_devices()}")
+    print(f"devices: {made} CPU devices ({jax.local_device_count()} seen by JAX)")
     for b, t in ((8, 64), (32, 64)):
         m = GPT.init(seed=0, T=t, **SMALL)
         tokens = _tokens(b, t, seed=1)

@@ -2,8 +2,9 @@
 
 Contenders, measured in one run, in interleaved rounds, median per step, at 2 blocks of width 128
 with batch x context 8x64, 32x64 and 8x128, and at 4 blocks of width 256 with 16x128:
-  shapeml  `shapeml.training.TrainStep` over `examples/char_gpt.py`'s `loss` and model (its
-           defaults: blocks as a tuple, every CPU core a device), `nn` layers (Embedding,
+  shapeml  `shapeml.training.TrainStep` over `examples/char_gpt.py`'s `loss` and model (as the
+           example runs it: blocks as a tuple, every CPU core a device by `sm.use_cpu_devices()`,
+           called first), `nn` layers (Embedding,
            LayerNorm, causal rotary MultiHeadAttention, MLP) and
            `optim.adamw(..., transforms=[optim.clip_norm(1.0)])`;
   jax      the same math on a raw dict of arrays, as idiomatic JAX writes it: `jax.jit` + optax
@@ -280,10 +281,11 @@ def _name(layers: int, width: int, b: int, t: int) -> str:
 
 
 def main() -> None:
+    sm.use_cpu_devices()  # first, before JAX starts, as examples/char_gpt.py does
     quick = "--quick" in sys.argv
     if torch is None:
         print("PyTorch is not installed: the torch eager and torch.compile contenders are skipped")
-    print(f"shapeml's TrainStep splits each batch over {sm.cpu_devices()}")
+    print(f"shapeml's TrainStep splits each batch over {jax.local_device_count()} CPU device(s)")
     worst_jax, worst_torch = 0.0, 0.0
     for dims, b, t in SIZES:
         check_same_trajectory(dims, b, t)

@@ -6,9 +6,9 @@ Measures, in one run, the time per decoded token (with `jax.block_until_ready`):
   (a) the numpy reference, stepping token by token;
   (b) the compiled JAX step, called once per token (the cache goes back and forth);
   (c) `generate`, the whole trace in one compiled call;
-  (d) `generate` with tp=2, in a subprocess with two forced host devices (the model placed on
-      the mesh once, `tp_params`), and the tp=2 step per token both with the placed model and
-      with the plain one (`decode_step(..., tp=2)`, whose placement is cached per model).
+  (d) `generate` with tp=2, in a subprocess with two CPU devices (`sm.use_cpu_devices(2)`; the
+      model placed on the mesh once, `tp_params`), and the tp=2 step per token both with the
+      placed model and with the plain one (`decode_step(..., tp=2)`, whose placement is cached per model).
 (a), (b) and (c) are timed together by the shared interleaved timer (`_timing.interleaved`:
 shuffled order each round), so machine noise hits them alike. The last line is the budget
 line: the per-token speedup of (c) over (a).
@@ -16,7 +16,6 @@ line: the per-token speedup of (c) over (a).
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import jax
 sys.path.insert(0, str(Path(__file__).parent))
 from _timing import interleaved  # noqa: E402
 
+import shapeml as sm  # noqa: E402
 from shapeml.apps.int8_sort import tiny_model  # noqa: E402
 
 PROMPT = "fcak>"
@@ -92,14 +92,14 @@ def measure(tp: int | None) -> dict[str, float]:
 
 def main() -> None:
     if "--child-tp" in sys.argv:
-        r = measure(int(sys.argv[sys.argv.index("--child-tp") + 1]))
+        tp = int(sys.argv[sys.argv.index("--child-tp") + 1])
+        sm.use_cpu_devices(tp)  # first, before JAX starts
+        r = measure(tp)
         print(f"CHILD {r['generate']} {r['step']} {r['step_plain']}")
         return
     r = measure(None)
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
     child = subprocess.run(
         [sys.executable, __file__, "--child-tp", "2"],
-        env=env,
         capture_output=True,
         text=True,
         check=True,
@@ -112,7 +112,7 @@ def main() -> None:
     print(f"(b) JAX step, one call per token    : {us(r['step'])}")
     print(f"(c) generate, one compiled call     : {us(r['generate'])}")
     print(
-        f"(d) generate, tp=2 (2 host devices) : {us(tp_gen)}   [tp=2 step per token: "
+        f"(d) generate, tp=2 (2 CPU devices)  : {us(tp_gen)}   [tp=2 step per token: "
         f"{tp_step * 1e6:.1f} us placed (tp_params), {tp_plain * 1e6:.1f} us plain]"
     )
     print(f"int8_step_vs_reference: ratio={r['reference'] / r['step']:.2f}")

@@ -1,8 +1,7 @@
 """Per-device bytes of params + optimizer state, and step time, for each rule table vs replicated;
 then the same per process in a job of 2 processes x 2 devices, and the checkpoint bytes each writes.
 
-Runs on 4 forced host CPU devices (set here, before JAX starts, unless XLA_FLAGS already sets a
-device count).
+Runs on 4 CPU devices (`sm.use_cpu_devices(4)`, called first).
 For each table the bytes are counted from the placed arrays (each device's shards), checked
 against `sm.memory_report`, and divided by the replicated layout's bytes: a table that splits
 every field over an axis of size n should hold 1/n (plus the replicated step count). Step times
@@ -22,25 +21,18 @@ ratio, FSDP over replicated (budget 1/4 + 5%).
 from __future__ import annotations
 
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
 
-if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (
-        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-    ).strip()
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+import jax
+import numpy as np
+from _timing import interleaved
 
-import jax  # noqa: E402
-import numpy as np  # noqa: E402
-from _timing import interleaved  # noqa: E402
-
-import shapeml as sm  # noqa: E402
-from shapeml import distributed, optim  # noqa: E402
-from shapeml import sharding as sh  # noqa: E402
-from shapeml.zoo import spotter, transformer  # noqa: E402
+import shapeml as sm
+from shapeml import distributed, optim
+from shapeml import sharding as sh
+from shapeml.zoo import spotter, transformer
 
 # name: (model, mesh, rules, batch axis); each model's first table is its replicated baseline
 TABLES = {
@@ -77,7 +69,7 @@ def _step(loss):
 
 
 def main() -> None:
-    assert jax.device_count() >= 4, "needs 4 devices (XLA_FLAGS set before JAX starts)"
+    assert jax.device_count() >= 4, "needs 4 devices (sm.use_cpu_devices(4) before JAX starts)"
     rng = np.random.default_rng(0)
     models = {
         "spotter": (
@@ -201,7 +193,9 @@ def multiprocess() -> None:
 
 
 if __name__ == "__main__":
+    jax.config.update("jax_platforms", "cpu")  # host devices, whatever accelerator is present
     if sys.argv[1:2] == ["--process-worker"]:
-        process_worker(Path(sys.argv[2]))
+        process_worker(Path(sys.argv[2]))  # the launcher gave it 2 CPU devices
     else:
+        sm.use_cpu_devices(4)
         main()

@@ -9,8 +9,9 @@ a checkpoint that `--resume` continues exactly, and samples text with the KV-cac
 It runs the fast path by default: the blocks run by `nn.scan` (a Python loop over a tuple of
 blocks: at a few blocks the fastest step on CPU, see docs/performance.md; `--scan` stores them
 stacked and runs one `lax.scan`, compiled once whatever the depth), the fused `nn.cross_entropy`,
-and each batch split over every CPU core (`TrainStep`'s default). `--remat full` and `--precision
-bfloat16` trade compute for memory.
+and each batch split over every CPU core: run as a script, it first calls `sm.use_cpu_devices()`
+(each core a JAX device), and `TrainStep` splits each batch over the process's devices.
+`--remat full` and `--precision bfloat16` trade compute for memory.
 
 Run: python examples/char_gpt.py [--steps 500] [--checkpoint char_gpt.safetensors] [--resume]
 """
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--scan", action="store_true", help="store the blocks stacked: lax.scan")
     p.add_argument("--remat", default=None, help='e.g. "full": recompute blocks in the backward')
     p.add_argument("--precision", default=None, help='"bfloat16" or "float16" compute')
-    p.add_argument("--devices", type=int, default=None, help="1: one device (default: every core)")
+    p.add_argument("--devices", type=int, default=None, help="1: one device (default: all)")
     args = p.parse_args(argv)
     from tqdm import tqdm
 
@@ -204,4 +205,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    sm.use_cpu_devices()  # first, before JAX starts: every core a device (docs/performance.md)
     main()

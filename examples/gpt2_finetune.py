@@ -14,6 +14,9 @@ Run:
     huggingface-cli download gpt2 --local-dir gpt2     # once (any GPT-2 checkpoint folder works)
     python examples/gpt2_finetune.py --pretrained gpt2 [--steps 300] [--ctx 128] [--out gpt2-pydoc]
 
+Run as a script it first calls `sm.use_cpu_devices()`: each CPU core a JAX device, each batch split
+over them by `TrainStep` (a transformer's step gains from it, docs/performance.md).
+
 Without `--pretrained` a randomly initialized GPT-2 of `--width`/`--heads`/`--layers` stands in
 (written by `to_hf`), so the script runs offline, but only learns what its steps can teach.
 """
@@ -30,6 +33,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import shapeml as sm
 from shapeml import optim
 from shapeml.training import TrainStep
 from shapeml.zoo import gpt2
@@ -157,4 +161,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    sm.use_cpu_devices()  # first, before JAX starts: every core a device
     main()

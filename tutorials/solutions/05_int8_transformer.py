@@ -3,15 +3,14 @@
 Run: python tutorials/solutions/05_int8_transformer.py
 """
 
-import os
+import numpy as np
 
-# Tensor-parallel decode needs devices: ask XLA for 2 CPU devices before JAX starts.
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+import shapeml as sm
+from shapeml import int8
+from shapeml.apps.int8_sort import tiny_model
 
-import numpy as np  # noqa: E402
-
-from shapeml import int8  # noqa: E402
-from shapeml.apps.int8_sort import tiny_model  # noqa: E402
+# Tensor-parallel decode needs devices: 2 CPU devices, asked for before JAX starts.
+sm.use_cpu_devices(2)
 
 # 1. The requant rule rounds half up (an arithmetic shift of x * M + 2**(S-1)): 0.5 -> 1,
 #    1.5 -> 2, -0.5 -> 0, -1.5 -> -1. numpy's round goes half to even: 0, 2, -0, -2.
