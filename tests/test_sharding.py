@@ -496,7 +496,7 @@ TRAIN_SCRIPT = textwrap.dedent(
     mesh = sharding.make_mesh("data=2,model=2")
     out = {}
     runs = {}
-    for name, kw in {"one": {}, "mesh": {"mesh": mesh, "rules": rules}}.items():
+    for name, kw in {"one": {"devices": 1}, "mesh": {"mesh": mesh, "rules": rules}}.items():
         opt = optim.sgd(m, lr=0.05, momentum=0.9)
         r = train(spotter_loss, m, opt, batches(img, y, batch_size=16, seed=0), steps=6,
                   has_aux=True, progress=False, **kw)

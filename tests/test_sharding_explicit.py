@@ -80,7 +80,7 @@ SCRIPT = textwrap.dedent(
         placed = sm.shard(m, mesh, rules)
         runs = {}
         for where in ("mesh", "one"):
-            kw = dict(mesh=mesh, rules=rules) if where == "mesh" else {}
+            kw = dict(mesh=mesh, rules=rules) if where == "mesh" else dict(devices=1)
             step = TrainStep(loss, m, optim.sgd(m, lr=0.05, momentum=0.9), has_aux=aux, **kw)
             losses = [float(step(*batch)) for _ in range(2)]
             runs[where] = (losses, step.model)

@@ -69,7 +69,7 @@ SCRIPT = textwrap.dedent(
     }.items():
         res = out[name] = {}
         steps = {}
-        for where, kw in {"one": {}, "mesh": {"mesh": mesh, "rules": rules}}.items():
+        for where, kw in {"one": {"devices": 1}, "mesh": {"mesh": mesh, "rules": rules}}.items():
             step = steps[where] = TrainStep(loss, m, make(m), **kw)
             for i in range(4):
                 step(x, y)

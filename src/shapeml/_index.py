@@ -331,4 +331,3 @@ def check_index(
     # Checked in its own dtype above; one dtype after, so indices of several integer dtypes
     # (int8, uint32, ...) can start one slice.
     return idx if idx.dtype == _int() else idx.astype(_int())
-
