@@ -12,7 +12,7 @@ import jax
 
 from . import sharding
 from ._errors import UnknownCodeError, errors_markdown, explain, registry
-from ._file_paths import same_file
+from ._io import same_file
 from .apps._flags import (
     USAGE,
     CommandParser,

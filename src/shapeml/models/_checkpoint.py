@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError
-from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
+from .._io import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._validate import shorten
 from ._checks import statics_of
 from ._dims import Dims
