@@ -153,6 +153,35 @@ def test_load_refuses_a_file_over_max_bytes_before_reading_its_tensors(tmp_path,
     assert "more than max_bytes=100" in str(e.value)
 
 
+def test_a_header_claiming_a_huge_tensor_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch
+):
+    # 1 TiB of float64, consistent in itself (dtype, shape and byte range agree), in a file of
+    # 120 bytes: the library checks the claim against the file's size before a tensor is read.
+    monkeypatch.setattr(_safetensors, "_read_tensors", lambda *a: pytest.fail("read a tensor"))
+    header = {"w": {"dtype": "F64", "shape": [2**37], "data_offsets": [0, 2**40]}}
+    path = tmp_path / "huge.safetensors"
+    path.write_bytes(_raw_file(header, b"\0" * 48))
+    with coded("E1302") as e:
+        sm.load(path, Net)
+    assert "do not end where the file ends" in str(e.value)
+
+
+def test_a_file_that_shrinks_while_read_is_e1302(tmp_path, monkeypatch):
+    path = sm.save(tmp_path / "n.safetensors", Net.init(seed=0))
+    checked = _safetensors._checked
+
+    def then_cut(f, *args):  # the header was read whole; the file is cut before its tensors are
+        out = checked(f, *args)
+        path.write_bytes(path.read_bytes()[:-8])
+        return out
+
+    monkeypatch.setattr(_safetensors, "_checked", then_cut)
+    with coded("E1302") as e:
+        sm.load(path, Net)
+    assert "it changed while being read" in str(e.value)
+
+
 # -- 2. sm.load and the reader ------------------------------------------------------------------
 
 

@@ -17,11 +17,10 @@ import typing
 import warnings
 from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
-import safetensors
 from safetensors import SafetensorError, TensorSpec, safe_open, serialize_file
 
 from .._errors import ArgumentTypeError, ShapemlError
@@ -62,9 +61,6 @@ DTYPES = {
     "BOOL": np.dtype(np.bool_),
 }
 _STORED = set(DTYPES.values())
-# The library's numpy binding looks float8 types up on `numpy` itself, which has none (safetensors
-# 0.8): a file holding one is parsed whole by `safetensors.deserialize` instead.
-_NOT_IN_NUMPY = {"F8_E4M3", "F8_E5M2"}
 _MAX_RANK = 64  # numpy's own limit on dimensions
 # As many tensors as a model may hold (models/_limits.py counts fields with the same cap): a
 # header listing more is refused before its entries are looked at.
@@ -202,8 +198,16 @@ def _opened(path: Path, size: int, fix: str) -> Iterator[Any]:
         yield f
 
 
-def _checked(f: Any, path: Path, size: int, fix: str) -> dict[str, tuple[str, list[int]]]:
-    """Every tensor's `(dtype, shape)` by name in file order, after checking shapeml holds them."""
+class _Entry(NamedTuple):
+    """A tensor the checked header declares."""
+
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+def _checked(f: Any, path: Path, size: int, fix: str) -> dict[str, _Entry]:
+    """Every tensor the header declares, by name in file order, after checking shapeml holds it."""
     names = f.offset_keys()
     if len(names) > MAX_ENTRIES:
         raise format_error(
@@ -219,30 +223,40 @@ def _checked(f: Any, path: Path, size: int, fix: str) -> dict[str, tuple[str, li
         if len(shape) > _MAX_RANK:
             why = f"tensor `{cut(name)}` has {len(shape)} dims, more than numpy's {_MAX_RANK}"
             raise format_error(path, size, fix, why)
-        out[name] = dtype, shape
+        out[name] = _Entry(DTYPES[dtype], tuple(shape), DTYPES[dtype].itemsize * math.prod(shape))
     return out
 
 
-def _read_tensors(f: Any, path: Path, size: int, fix: str, entries: Mapping) -> dict:
-    """The tensors, read one by one into arrays of the size the validated header claims."""
-    if _NOT_IN_NUMPY.isdisjoint(dtype for dtype, _ in entries.values()):
-        try:
-            return {name: f.get_tensor(name) for name in entries}
-        except SafetensorError:  # a read came up short: the file shrank after its header was read
-            why = "it ended early (it changed while being read)"
-            raise format_error(path, size, fix, why) from None
-    with open(path, "rb") as raw:
-        data = raw.read()
-    if len(data) != size:
-        raise format_error(path, size, fix, "it changed while being read")
-    try:
-        parsed = dict(safetensors.deserialize(data))
-    except SafetensorError as e:
-        raise format_error(path, size, fix, _reason(e)) from None
-    return {
-        name: np.frombuffer(parsed[name]["data"], DTYPES[dtype]).reshape(shape)
-        for name, (dtype, shape) in entries.items()
-    }
+def _read_tensors(
+    path: Path, size: int, fix: str, entries: Mapping[str, _Entry]
+) -> dict[str, np.ndarray]:
+    """The tensors, read one by one into arrays of the sizes the checked header claims.
+
+    The library has checked that the tensors, in file order, tile the body after the 8-byte
+    header length and the header exactly, so each one's bytes follow the last one's. (Its own
+    numpy reader cannot build float8 arrays in safetensors 0.8, and zero-fills each buffer before
+    reading into it: 2-3x the CPU time of reading straight into the array, as here.)
+    """
+    changed = "it changed while being read"
+    arrays = {}
+    with open(path, "rb") as f:
+        start = 8 + int.from_bytes(f.read(8), "little")
+        if (
+            start + sum(e.nbytes for e in entries.values()) != size
+            or os.fstat(f.fileno()).st_size != size
+        ):
+            raise format_error(path, size, fix, changed)  # replaced since the library read it
+        f.seek(start)
+        for name, e in entries.items():
+            buf = np.empty(e.nbytes, np.uint8)
+            view, got = memoryview(buf), 0
+            while got < buf.size:
+                step = f.readinto(view[got:])
+                if not step:
+                    raise format_error(path, size, fix, changed)
+                got += step
+            arrays[name] = buf.view(e.dtype).reshape(e.shape)
+    return arrays
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -282,10 +296,10 @@ def read_safetensors(
         with _opened(path, size, fix) as f:
             metadata = f.metadata() or {}
             entries = _checked(f, path, size, fix)
-            body = sum(DTYPES[d].itemsize * math.prod(s) for d, s in entries.values())
-            if max_bytes is not None and body > max_bytes:
-                raise too_large(path, body, max_bytes)
-            arrays = _read_tensors(f, path, size, fix, entries)
+        body = sum(e.nbytes for e in entries.values())
+        if max_bytes is not None and body > max_bytes:
+            raise too_large(path, body, max_bytes)
+        arrays = _read_tensors(path, size, fix, entries)
     except OSError as e:
         if isinstance(e, ShapemlError):
             raise
