@@ -3,9 +3,9 @@ one writer and reader of tensors (model and optimizer checkpoints, exported arti
 
 The library serializes, parses and validates the format: it checks a header whole against the
 file's real size (dtypes, shapes and byte ranges that tile the body exactly) before a tensor byte
-is read, so a lying header never makes the reader allocate more than the file holds. shapeml adds
-atomic writes (`_atomic`), the dtypes it holds, the NaN policy, a size limit, and coded errors that
-name the file.
+is read, so a lying header never makes the reader allocate more than the file holds; shapeml then
+reads each tensor's bytes straight into its array. shapeml adds atomic writes (`_atomic`), the
+dtypes it holds, the NaN policy, a size limit, and coded errors that name the file.
 """
 
 from __future__ import annotations
@@ -40,10 +40,10 @@ from ._errors import (
 from ._nonfinite import allowed_nonfinite, names_text, nonfinite
 from ._paths import existing_file
 
-__all__ = ["DTYPES", "read_safetensors", "write_safetensors"]
+__all__ = ["MAX_ENTRIES", "read_safetensors", "write_safetensors"]
 
 # The safetensors dtypes shapeml reads and writes (bfloat16 and float8 are ml_dtypes', via JAX).
-DTYPES = {
+_DTYPES = {
     "F64": np.dtype(np.float64),
     "F32": np.dtype(np.float32),
     "F16": np.dtype(np.float16),
@@ -60,7 +60,7 @@ DTYPES = {
     "U8": np.dtype(np.uint8),
     "BOOL": np.dtype(np.bool_),
 }
-_STORED = set(DTYPES.values())
+_STORED = set(_DTYPES.values())
 _MAX_RANK = 64  # numpy's own limit on dimensions
 # As many tensors as a model may hold (models/_limits.py counts fields with the same cap): a
 # header listing more is refused before its entries are looked at.
@@ -181,7 +181,7 @@ def write_safetensors(
 def _opened(path: Path, size: int, fix: str) -> Iterator[Any]:
     """The file opened by the library, its header parsed and checked against the file's size."""
     try:
-        f = safe_open(path, framework="np", backend="pread")
+        f = safe_open(path, framework="np")
     except SafetensorError as e:
         raise format_error(path, size, fix, _reason(e)) from None
     except FileNotFoundError:  # the library reports every failure to open as a missing file
@@ -217,13 +217,13 @@ def _checked(f: Any, path: Path, size: int, fix: str) -> dict[str, _Entry]:
     for name in names:
         view = f.get_slice(name)
         dtype, shape = view.get_dtype(), view.get_shape()
-        if dtype not in DTYPES:
+        if dtype not in _DTYPES:
             why = f"tensor `{cut(name)}` has dtype {dtype}, which shapeml does not read"
             raise format_error(path, size, fix, why)
         if len(shape) > _MAX_RANK:
             why = f"tensor `{cut(name)}` has {len(shape)} dims, more than numpy's {_MAX_RANK}"
             raise format_error(path, size, fix, why)
-        out[name] = _Entry(DTYPES[dtype], tuple(shape), DTYPES[dtype].itemsize * math.prod(shape))
+        out[name] = _Entry(_DTYPES[dtype], tuple(shape), _DTYPES[dtype].itemsize * math.prod(shape))
     return out
 
 
