@@ -21,7 +21,8 @@ from hypothesis import strategies as st
 from jaxtyping import Array, Float, Int
 
 import shapeml as sm
-from shapeml import _files, _temp_files
+from shapeml import _io
+from shapeml._io import _atomic, _safetensors, _temps
 from shapeml.data import batches, shapes
 from shapeml.testing import check_contract
 
@@ -135,7 +136,7 @@ def test_derived_dim_expressions_never_hang_or_grow(expr):
 
 def test_a_file_whose_dims_claim_a_huge_model_is_refused_before_building(tmp_path):
     path = sm.save(tmp_path / "n.safetensors", Net.init(seed=0))
-    arrays, meta = _files.read_safetensors(path)
+    arrays, meta = _io.read_safetensors(path)
     for dims, needle in [({"L": 10**6}, "tensors and sub-models"), ({"V": 10**12}, "`emb`")]:
         meta["shapeml.dims"] = json.dumps({"D": 4, "F": 6, "L": 2, "V": 5, **dims})
         safetensors.numpy.save_file(dict(arrays), tmp_path / "huge.safetensors", metadata=meta)
@@ -146,10 +147,39 @@ def test_a_file_whose_dims_claim_a_huge_model_is_refused_before_building(tmp_pat
 
 def test_load_refuses_a_file_over_max_bytes_before_reading_its_tensors(tmp_path, monkeypatch):
     path = sm.save(tmp_path / "n.safetensors", Net.init(seed=0))
-    monkeypatch.setattr(_files, "_read_exactly", lambda *a: pytest.fail("read a tensor"))
+    monkeypatch.setattr(_safetensors, "_read_tensors", lambda *a: pytest.fail("read a tensor"))
     with coded("E1308") as e:
         sm.load(path, Net, max_bytes=100)
     assert "more than max_bytes=100" in str(e.value)
+
+
+def test_a_header_claiming_a_huge_tensor_is_refused_before_anything_is_allocated(
+    tmp_path, monkeypatch
+):
+    # 1 TiB of float64, consistent in itself (dtype, shape and byte range agree), in a file of
+    # 120 bytes: the library checks the claim against the file's size before a tensor is read.
+    monkeypatch.setattr(_safetensors, "_read_tensors", lambda *a: pytest.fail("read a tensor"))
+    header = {"w": {"dtype": "F64", "shape": [2**37], "data_offsets": [0, 2**40]}}
+    path = tmp_path / "huge.safetensors"
+    path.write_bytes(_raw_file(header, b"\0" * 48))
+    with coded("E1302") as e:
+        sm.load(path, Net)
+    assert "do not end where the file ends" in str(e.value)
+
+
+def test_a_file_that_shrinks_while_read_is_e1302(tmp_path, monkeypatch):
+    path = sm.save(tmp_path / "n.safetensors", Net.init(seed=0))
+    checked = _safetensors._checked
+
+    def then_cut(f, *args):  # the header was read whole; the file is cut before its tensors are
+        out = checked(f, *args)
+        path.write_bytes(path.read_bytes()[:-8])
+        return out
+
+    monkeypatch.setattr(_safetensors, "_checked", then_cut)
+    with coded("E1302") as e:
+        sm.load(path, Net)
+    assert "it changed while being read" in str(e.value)
 
 
 # -- 2. sm.load and the reader ------------------------------------------------------------------
@@ -157,7 +187,7 @@ def test_load_refuses_a_file_over_max_bytes_before_reading_its_tensors(tmp_path,
 
 def _with_meta(tmp_path, **changes):
     path = sm.save(tmp_path / "n.safetensors", Net.init(seed=0))
-    arrays, meta = _files.read_safetensors(path)
+    arrays, meta = _io.read_safetensors(path)
     meta.update(changes)
     meta = {k: v for k, v in meta.items() if v is not None}
     out = tmp_path / "mutated.safetensors"
@@ -246,7 +276,7 @@ def test_bad_load_and_save_arguments_are_coded(tmp_path, call, code):
     with coded(code):
         call(path)
     assert path.read_bytes() == before
-    assert not [p for p in os.listdir(tmp_path) if p.endswith(_temp_files.SUFFIX)]
+    assert not [p for p in os.listdir(tmp_path) if p.endswith(_temps.SUFFIX)]
 
 
 def test_unreadable_files_and_unwritable_folders_are_e1306(tmp_path, monkeypatch):
@@ -255,13 +285,17 @@ def test_unreadable_files_and_unwritable_folders_are_e1306(tmp_path, monkeypatch
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
+    def not_opened(*args, **kwargs):  # how the library reports any failure to open a file
+        raise FileNotFoundError(f"No such file or directory: {path}")
+
     with monkeypatch.context() as mp:
-        mp.setattr(_files, "open", denied, raising=False)
+        mp.setattr(_safetensors, "safe_open", not_opened)
+        mp.setattr(_safetensors, "open", denied, raising=False)
         with pytest.raises(OSError, match="E1306") as e:
             sm.load(path, Net)
         assert "Permission denied" in str(e.value) and isinstance(e.value, sm.ShapemlError)
     with monkeypatch.context() as mp:
-        mp.setattr(_files.tempfile, "mkstemp", denied)
+        mp.setattr(_atomic.tempfile, "mkdtemp", denied)
         with coded("E1306"):
             sm.save(path, Net.init(seed=1))
     if os.geteuid() != 0:  # root reads anything: the real permission bits only bind others
@@ -290,7 +324,6 @@ HEADERS = [
     ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}}, b"\0" * 4),
     ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}, b"\0" * 4),
     ({"w": {"dtype": "F32", "shape": [1]}}, b"\0" * 4),
-    ({"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}}, b"\0" * 4),
     ({"w": [1, 2]}, b"\0" * 4),
     (
         {
@@ -312,17 +345,40 @@ def test_headers_that_disagree_with_the_bytes_are_e1302(tmp_path, header, body):
     path = tmp_path / "bad.safetensors"
     path.write_bytes(_raw_file(header, body))
     with coded("E1302") as e:
-        _files.read_safetensors(path)
+        _io.read_safetensors(path)
     assert "bad.safetensors" in str(e.value) and len(str(e.value)) < 1000
 
 
-def test_duplicate_names_and_non_utf8_headers_are_e1302(tmp_path):
-    entry = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
-    for text in [f'{{"w": {entry}, "w": {entry}}}'.encode(), b'{"w\xff": 1}']:
-        path = tmp_path / "bad.safetensors"
-        path.write_bytes(len(text).to_bytes(8, "little") + text + b"\0" * 4)
-        with coded("E1302"):
-            _files.read_safetensors(path)
+def test_non_utf8_headers_are_e1302(tmp_path):
+    text = b'{"w\xff": 1}'
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(text).to_bytes(8, "little") + text + b"\0" * 4)
+    with coded("E1302") as e:
+        _io.read_safetensors(path)
+    assert "its header is not UTF-8 text" in str(e.value)
+
+
+ENTRY = '{"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}'
+OTHER = '{"dtype": "I32", "shape": [1], "data_offsets": [0, 4]}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f'{{"w": {ENTRY}, "w": {ENTRY}}}',  # a name twice
+        f'{{"w": {ENTRY}, "w": {OTHER}}}',  # a name twice, with another dtype
+        '{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4], "x": 1}}',  # a key more
+    ],
+)
+def test_headers_the_library_reads_are_read_as_it_reads_them(tmp_path, text):
+    # The safetensors library (and so torch and transformers) reads these: a duplicate name is
+    # JSON's last one, an unknown key is ignored. shapeml reads the same tensors, never others.
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(len(text).to_bytes(8, "little") + text.encode() + b"\1\0\0\0")
+    ours, _ = _io.read_safetensors(path)
+    theirs = safetensors.numpy.load_file(path)
+    assert ours.keys() == theirs.keys() == {"w"}
+    assert ours["w"].dtype == theirs["w"].dtype and ours["w"].tobytes() == theirs["w"].tobytes()
 
 
 def test_reader_matches_the_safetensors_library_on_every_dtype(tmp_path):
@@ -336,8 +392,8 @@ def test_reader_matches_the_safetensors_library_on_every_dtype(tmp_path):
         "scalar": np.array(7, np.int32),
         "empty": np.zeros((0, 3), np.float32),
     }
-    path = _files.write_safetensors(tmp_path / "a.safetensors", arrays, {"k": "v"})
-    ours, meta = _files.read_safetensors(path)
+    path = _io.write_safetensors(tmp_path / "a.safetensors", arrays, {"k": "v"})
+    ours, meta = _io.read_safetensors(path)
     theirs = dict(safetensors.deserialize(path.read_bytes()))  # the library's own parser
     assert meta == {"k": "v"} and sorted(ours) == sorted(theirs) == sorted(arrays)
     for k, a in arrays.items():
@@ -346,7 +402,7 @@ def test_reader_matches_the_safetensors_library_on_every_dtype(tmp_path):
         assert not ours[k].flags.writeable
     plain = {k: a for k, a in arrays.items() if k not in ("bf16", "f8")}
     safetensors.numpy.save_file(plain, tmp_path / "b.safetensors", metadata={"k": "v"})
-    again, _ = _files.read_safetensors(tmp_path / "b.safetensors")
+    again, _ = _io.read_safetensors(tmp_path / "b.safetensors")
     assert all(again[k].tobytes() == a.tobytes() for k, a in plain.items())
 
 
@@ -364,7 +420,7 @@ def test_reader_matches_the_safetensors_library_on_every_dtype(tmp_path):
 )
 def test_writer_refuses_what_it_cannot_store(tmp_path, arrays, metadata):
     with coded("E0003"):
-        _files.write_safetensors(tmp_path / "w.safetensors", arrays, metadata)
+        _io.write_safetensors(tmp_path / "w.safetensors", arrays, metadata)
     assert os.listdir(tmp_path) == []
 
 
@@ -383,9 +439,9 @@ def test_saving_traced_values_or_non_bytes_is_e0003(tmp_path):
         step(Net.init(seed=0))
     assert "inside a JAX transformation" in str(e.value)
     with coded("E0003"):
-        _files.write_safetensors(tmp_path / "w", {"w": _NoArray()}, {})
+        _io.write_safetensors(tmp_path / "w", {"w": _NoArray()}, {})
     with coded("E0003"):
-        _files.atomic_write(tmp_path / "t.txt", "text, not bytes")
+        _io.atomic_write(tmp_path / "t.txt", "text, not bytes")
     assert os.listdir(tmp_path) == []
 
 
@@ -430,9 +486,9 @@ def test_nonfinite_is_written_on_request_and_warns_on_load(tmp_path):
 def test_every_writer_checks_through_write_safetensors_in_every_float_dtype(tmp_path):
     for dtype in [np.float16, jnp.bfloat16, jnp.float8_e5m2, np.float64]:
         with coded("E1307"):
-            _files.write_safetensors(tmp_path / "x", {"a": np.array([1, np.inf], dtype)}, {})
+            _io.write_safetensors(tmp_path / "x", {"a": np.array([1, np.inf], dtype)}, {})
     ints = {"i": np.array([-1, 2**31 - 1], np.int32), "b": np.array([True])}
-    path = _files.write_safetensors(tmp_path / "x", ints, {})  # positional signature unchanged
+    path = _io.write_safetensors(tmp_path / "x", ints, {})  # positional signature unchanged
     assert safetensors.numpy.load_file(path)["i"][1] == 2**31 - 1
 
 
@@ -444,24 +500,26 @@ def test_temp_names_are_recognizable(tmp_path, monkeypatch):
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: (seen.append(a), real_replace(a, b)))
     sm.save(tmp_path / "m.safetensors", Net.init(seed=0))
-    name = os.path.basename(seen[0])
-    assert re.fullmatch(r"\.m\.safetensors\.[0-9a-f]{6}-\d+\.[a-z0-9_]{8}\.shapeml-tmp", name)
+    folder, name = os.path.split(seen[0])  # the file is written inside a temp folder of its own
+    assert name == "m.safetensors"
+    pattern = r"\.m\.safetensors\.[0-9a-f]{6}-\d+\.[a-z0-9_]{8}\.shapeml-tmp"
+    assert re.fullmatch(pattern, os.path.basename(folder))
 
 
 def test_a_failure_mid_write_leaves_no_temp_and_the_old_file(tmp_path):
-    path = _files.atomic_write(tmp_path / "f.bin", b"old")
+    path = _io.atomic_write(tmp_path / "f.bin", b"old")
 
     def half(f):
         f.write(b"new, half written")
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        _files.atomic_write(path, half)
+        _io.atomic_write(path, half)
     assert path.read_bytes() == b"old" and os.listdir(tmp_path) == ["f.bin"]
 
 
 def _temp_name(target: str, pid: int, host: str | None = None) -> str:
-    return f".{target}.{host or _temp_files._HOST}-{pid}.abcd1234{_temp_files.SUFFIX}"
+    return f".{target}.{host or _temps._HOST}-{pid}.abcd1234{_temps.SUFFIX}"
 
 
 def test_stale_temps_of_dead_writers_are_removed_by_the_next_save(tmp_path):
@@ -484,16 +542,16 @@ def test_a_killed_save_leaves_a_temp_that_the_next_save_removes(tmp_path):
     script = textwrap.dedent(
         f"""
         import os
-        from shapeml import _files
+        from shapeml import _io
         os.replace = lambda *a: os._exit(9)  # killed after writing, before the rename
-        _files.atomic_write({str(target)!r}, b"x" * 1000)
+        _io.atomic_write({str(target)!r}, b"x" * 1000)
         """
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     assert out.returncode == 9, out.stderr.decode()
-    stale = [p for p in os.listdir(tmp_path) if p.endswith(_temp_files.SUFFIX)]
+    stale = [p for p in os.listdir(tmp_path) if p.endswith(_temps.SUFFIX)]
     assert len(stale) == 1 and stale[0].startswith(".m.bin.")
-    _files.atomic_write(target, b"good")
+    _io.atomic_write(target, b"good")
     assert os.listdir(tmp_path) == ["m.bin"] and target.read_bytes() == b"good"
 
 

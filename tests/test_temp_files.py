@@ -19,7 +19,8 @@ import pytest
 from jaxtyping import Array, Float
 
 import shapeml as sm
-from shapeml import _files, _temp_files
+from shapeml import _io
+from shapeml._io import _temps
 
 MIB = 2**20
 
@@ -29,8 +30,8 @@ class Small(sm.Model):
     w: Float[Array, " N"] = sm.param(sm.ones)
 
 
-def _temps(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.name.endswith(_temp_files.SUFFIX))
+def _temps_in(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.name.endswith(_temps.SUFFIX))
 
 
 def _state(pid: int) -> str:
@@ -51,7 +52,7 @@ def _start_a_save_and_kill_it(target: Path, when: str) -> subprocess.Popen:
         import os, time
         from jaxtyping import Array, Float
         import shapeml as sm
-        from shapeml import _files
+        from shapeml import _io
 
         class Big(sm.Model):
             dims = sm.Dims(N=2**21, K=4)  # 8 Mi float32s: 32 MiB
@@ -70,7 +71,7 @@ def _start_a_save_and_kill_it(target: Path, when: str) -> subprocess.Popen:
                 f.flush()
                 pause()
                 f.write(b"x" * 2**20)
-            _files.atomic_write({str(target)!r}, write)
+            _io.atomic_write({str(target)!r}, write)
         """
     )
     proc = subprocess.Popen(
@@ -98,13 +99,13 @@ def test_a_save_killed_by_sigkill_leaves_a_temp_that_later_saves_remove(tmp_path
     old = target.read_bytes()
     proc = _start_a_save_and_kill_it(target, when)
     try:
-        (temp,) = _temps(tmp_path)
-        assert temp.stat().st_size >= 32 * MIB
+        (temp,) = _temps_in(tmp_path)  # a folder, holding the file being written
+        assert sum(p.stat().st_size for p in temp.iterdir()) >= 32 * MIB
         assert temp.name.startswith(".m.safetensors.") and f"-{proc.pid}." in temp.name
         assert target.read_bytes() == old  # the kill changed nothing the user had
         # Not reaped yet (a zombie): a save of another file in the folder removes the temp.
         sm.save(tmp_path / "other.safetensors", Small.init(seed=1))
-        assert _temps(tmp_path) == []
+        assert _temps_in(tmp_path) == []
     finally:
         proc.communicate(timeout=60)  # reaps it and closes its pipes
     assert proc.returncode == -signal.SIGKILL
@@ -115,14 +116,14 @@ def test_a_reaped_killed_writer_is_cleaned_by_the_next_save_of_the_same_file(tmp
     target = tmp_path / "m.safetensors"
     proc = _start_a_save_and_kill_it(target, "syncing")
     proc.communicate(timeout=60)
-    assert len(_temps(tmp_path)) == 1 and not target.exists()
+    assert len(_temps_in(tmp_path)) == 1 and not target.exists()
     sm.save(target, Small.init(seed=0))
     assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]
     np.testing.assert_array_equal(sm.load(target, Small).w, np.ones(3))
 
 
 def _temp(folder: Path, target: str, pid: int, host: str | None = None, age: float = 0) -> Path:
-    path = folder / f".{target}.{host or _temp_files._HOST}-{pid}.abcd1234{_temp_files.SUFFIX}"
+    path = folder / f".{target}.{host or _temps._HOST}-{pid}.abcd1234{_temps.SUFFIX}"
     path.write_bytes(b"partial")
     if age:
         os.utime(path, (time.time() - age, time.time() - age))
@@ -130,7 +131,7 @@ def _temp(folder: Path, target: str, pid: int, host: str | None = None, age: flo
 
 
 def test_which_temps_are_abandoned(tmp_path):
-    hour = _temp_files.STALE_AGE_S
+    hour = _temps.STALE_AGE_S
     live = 1  # a running process, started before any temp here was written
     keep = [
         _temp(tmp_path, "a.bin", live),  # a live writer on this host
@@ -158,7 +159,7 @@ def test_which_temps_are_abandoned(tmp_path):
     for p in alike:
         p.write_bytes(b"data")
         os.utime(p, (time.time() - 10 * hour, time.time() - 10 * hour))
-    _files.atomic_write(tmp_path / "x.bin", b"new")
+    _io.atomic_write(tmp_path / "x.bin", b"new")
     assert all(p.exists() for p in keep + alike)
     assert not any(p.exists() for p in gone)
 
@@ -170,7 +171,7 @@ def test_a_reused_pid_does_not_keep_a_dead_writers_temp(tmp_path):
     try:
         temp = _temp(tmp_path, "m.bin", proc.pid, age=60)
         young = _temp(tmp_path, "n.bin", proc.pid)  # written after it started: maybe its own
-        _files.atomic_write(tmp_path / "m.bin", b"new")
+        _io.atomic_write(tmp_path / "m.bin", b"new")
         assert not temp.exists() and young.exists()
     finally:
         proc.kill()
@@ -182,11 +183,11 @@ def test_the_temps_of_saves_in_flight_here_are_never_removed(tmp_path):
     seen = []
 
     def write(f):
-        (temp,) = _temps(tmp_path)  # this save's own temp, in flight
+        (temp,) = _temps_in(tmp_path)  # this save's own temp, in flight
         # a second save into the folder meanwhile (another thread, a nested save) keeps it
-        _files.atomic_write(tmp_path / "other.bin", b"x")
+        _io.atomic_write(tmp_path / "other.bin", b"x")
         seen.append(temp.exists())
         f.write(b"done")
 
-    _files.atomic_write(target, write)
-    assert seen == [True] and target.read_bytes() == b"done" and _temps(tmp_path) == []
+    _io.atomic_write(target, write)
+    assert seen == [True] and target.read_bytes() == b"done" and _temps_in(tmp_path) == []

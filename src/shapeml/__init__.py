@@ -23,11 +23,11 @@ from ._errors import ArgumentTypeError as ArgumentTypeError
 from ._errors import ShapemlError as ShapemlError
 from ._errors import ShapemlWarning as ShapemlWarning
 from ._errors import explain as explain
-from ._file_errors import NonFiniteWarning as NonFiniteWarning
 from ._grad import Grad as Grad
 from ._grad import grad as grad
 from ._grad import norm as norm
 from ._grad import value_and_grad as value_and_grad
+from ._io import NonFiniteWarning as NonFiniteWarning
 from ._precision import Precision as Precision
 from ._shaped import ShapeCheckError as ShapeCheckError
 from ._shaped import shaped as shaped

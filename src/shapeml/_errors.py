@@ -60,7 +60,7 @@ CODE_MODULES = (
     "shapeml._state_errors",
     "shapeml._inputs",
     "shapeml._shell",
-    "shapeml._file_errors",
+    "shapeml._io._errors",
     "shapeml.models._limits",
     "shapeml._compile_cache",
     "shapeml._dead_params",

@@ -11,7 +11,7 @@ import jax
 
 from . import sharding
 from ._errors import UnknownCodeError, errors_markdown, explain, registry
-from ._file_paths import same_file
+from ._io import same_file
 from ._jax_internals import backend_started
 from .apps._flags import (
     USAGE,

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from .._errors import ShapemlError
-from .._file_paths import unwritable
-from .._files import FileMissingError, FolderMissingError, as_path
+from .._io import FileMissingError, FolderMissingError, as_path, unwritable
 from .._validate import integer, real
 
 __all__ = [

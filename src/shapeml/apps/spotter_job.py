@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import optim, sharding
 from .._errors import ArgumentError
-from .._file_paths import check_writable, same_file
+from .._io import check_writable, same_file
 from .._validate import integer, real
 from ..data import batches, shapes
 from ..models import load, save

@@ -24,8 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import ArgumentError, ArgumentTypeError
-from .._file_errors import NonFiniteError
-from .._safetensors_format import allowed_nonfinite, names_text
+from .._io import NonFiniteError, allowed_nonfinite, names_text
 from .._validate import instance, integer, shorten
 from ..models import Model
 from ..models._introspect import tensors

@@ -18,7 +18,7 @@ from jax.sharding import Mesh, SingleDeviceSharding
 
 from .. import sharding
 from .._errors import ArgumentError, ArgumentTypeError
-from .._files import FileFormatError
+from .._io import FileFormatError
 from .._validate import instance, shorten
 from ..models import Model
 from ..models._checkpoint import CheckpointError, entry_problems, model_from_arrays

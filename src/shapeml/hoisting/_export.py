@@ -1,6 +1,6 @@
 """`sm.export`: the main program serialized with `jax.export` beside the prepared tensors.
 
-One safetensors file (written by the file layer, `shapeml._files`) holds the prepared tensors
+One safetensors file (written by the file layer, `shapeml._io`) holds the prepared tensors
 (optionally int8 per channel) and, in its metadata, the serialized program, a manifest of the
 tensors and checksums of both. `sm.load_exported` (`_load.py`) reads it back without the model's
 Python code or shapeml's tracing.
@@ -23,9 +23,15 @@ import numpy as np
 
 from .. import _jax_internals as ji
 from .._compile_cache import is_array
-from .._file_errors import NonFiniteError
-from .._files import FileAccessError, FolderMissingError, as_path, write_safetensors
-from .._safetensors_format import names_text, nonfinite
+from .._io import (
+    FileAccessError,
+    FolderMissingError,
+    NonFiniteError,
+    as_path,
+    names_text,
+    nonfinite,
+    write_safetensors,
+)
 from .._validate import integer, shorten
 from .._version import __version__
 from ._errors import ExportError

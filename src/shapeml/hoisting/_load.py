@@ -1,6 +1,6 @@
 """`sm.load_exported`: read a file written by `sm.export` and call its program.
 
-The file is read by the file layer (`shapeml._files.read_safetensors`: E1304 for a missing file,
+The file is read by the file layer (`shapeml._io.read_safetensors`: E1304 for a missing file,
 E1302 for one that is not valid safetensors); this module checks what only an export has: its
 format, metadata, checksums, and that the tensors fit the serialized program (E1506, E1507),
 and, on every call, that the inputs fit the program (E1508).
@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._files import read_safetensors
+from .._io import read_safetensors
 from .._validate import shorten
 from ._errors import ArtifactCorruptError, ArtifactMismatchError, ExportedInputError
 from ._export import FORMAT, VERSION, digest

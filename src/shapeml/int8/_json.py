@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from .._files import read_text
+from .._io import read_text
 from .._validate import instance, shorten
 from ._errors import Int8JsonError
 from ._numerics import REQUANT_POINTS

@@ -21,7 +21,7 @@ import jax
 import numpy as np
 from jaxtyping import Array, Int8, Int32
 
-from .._files import atomic_write
+from .._io import atomic_write
 from .._kvcache import KVCache
 from ..models import Dims, Model, buffer, full, ones, static, zeros
 from . import _cache, _checks, _programs, _reference, _tp

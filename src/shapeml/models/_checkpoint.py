@@ -1,6 +1,6 @@
 """Checkpoints: safetensors files keyed by dotted field name, checked by name, shape and dtype.
 
-Writes are atomic (a temp file in the same folder, fsync, rename), so a crash mid-save leaves the old
+Writes are atomic (a temp folder next to the file, fsync, rename), so a crash mid-save leaves the old
 file intact; reads never unpickle anything, and a bad file raises before any state changes.
 """
 
@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError
-from .._files import FileFormatError, FileMissingError, read_safetensors, write_safetensors
+from .._io import FileFormatError, FileMissingError, read_safetensors, write_safetensors
 from .._validate import shorten
 from ._checks import statics_of
 from ._dims import Dims
@@ -90,7 +90,7 @@ def save(
     """Saves every param and buffer of `m` by dotted name, with its class, dims and version.
 
     The write is atomic: a crash mid-save leaves any old file at `path` intact, and the next save
-    there removes the temp file the crash left.
+    there removes the temp the crash left.
 
     Args:
         path: the file to write (its folder must exist).

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ShapemlError
-from .._files import FileFormatError
+from .._io import FileFormatError
 from .._validate import integer, shorten
 from .._version import __version__
 from ._dims import MAX_DIM

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import ShapemlError
-from .._files import read_safetensors, write_safetensors
+from .._io import read_safetensors, write_safetensors
 from .._validate import instance, shorten
 from ..models import Dims, Model
 from ..models._checkpoint import (

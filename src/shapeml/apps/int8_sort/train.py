@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ... import optim
-from ..._file_paths import check_writable
+from ..._io import check_writable
 from ...int8 import Int8Model
 from ...models import save as save_model
 from ...training import TrainStep

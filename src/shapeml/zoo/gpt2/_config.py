@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..._files import read_text
+from ..._io import read_text
 from ..._validate import shorten
 from ._errors import HFConfigError
 

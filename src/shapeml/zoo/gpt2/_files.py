@@ -10,8 +10,14 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._file_errors import FileMissingError, cut
-from ..._files import atomic_write, read_safetensors, read_text, write_safetensors
+from ..._io import (
+    FileMissingError,
+    atomic_write,
+    cut,
+    read_safetensors,
+    read_text,
+    write_safetensors,
+)
 from ._errors import HFCheckpointError
 
 __all__ = ["INDEX", "SINGLE", "read_weights", "write_weights"]

@@ -12,10 +12,18 @@ from typing import Any
 
 import numpy as np
 
-from ..._file_errors import FileMissingError, NonFiniteError, access_error, as_path, cut
-from ..._file_paths import check_writable
-from ..._files import atomic_write
-from ..._safetensors_format import allowed_nonfinite, names_text, nonfinite
+from ..._io import (
+    FileMissingError,
+    NonFiniteError,
+    access_error,
+    allowed_nonfinite,
+    as_path,
+    atomic_write,
+    check_writable,
+    cut,
+    names_text,
+    nonfinite,
+)
 from ..._validate import instance, integer
 from ...models._checkpoint import model_from_arrays
 from ...models._entries import entry_problems, first_problems

@@ -1,9 +1,11 @@
-"""Temp files of atomic writes: recognizable names, and the cleanup of those a crash left behind.
+"""Temps of atomic writes: recognizable names, and the cleanup of those a crash left behind.
 
-A save to `run/m.safetensors` writes `run/.m.safetensors.<host>-<pid>.<random>.shapeml-tmp`, then
-renames it over the target. A process killed between the two (`kill -9`, an out-of-memory kill, a
-power cut) leaves its temp behind. Every later save into the same folder removes the temps there
-that are provably abandoned, and only those:
+A save to `run/m.safetensors` writes into the temp folder
+`run/.m.safetensors.<host>-<pid>.<random>.shapeml-tmp/` (the safetensors library makes a temp of
+its own beside the file it is given, so the file is given a folder of ours to make it in), then
+renames the finished file over the target and removes the folder. A process killed in between
+(`kill -9`, an out-of-memory kill, a power cut) leaves its temp behind. Every later save into the
+same folder removes the temps there that are provably abandoned, and only those:
 
 - the name matches this pattern exactly (nothing else in the folder is touched);
 - and either its writer is provably gone: written from this host by a pid that no longer runs,
@@ -25,6 +27,7 @@ import re
 import socket
 import time
 from pathlib import Path
+from stat import S_ISDIR
 
 __all__ = ["STALE_AGE_S", "SUFFIX", "remove_stale", "temp_prefix", "track"]
 
@@ -50,13 +53,13 @@ def _stem(name: str) -> str:
 
 
 def temp_prefix(path: Path) -> str:
-    """The `prefix` to give `tempfile.mkstemp` (with `suffix=SUFFIX`) for a write to `path`."""
+    """The `prefix` to give `tempfile.mkdtemp` (with `suffix=SUFFIX`) for a write to `path`."""
     return f".{_stem(path.name)}.{_HOST}-{os.getpid()}."
 
 
 def track(tmp: str, writing: bool) -> None:
     """Marks a temp of this process as being written (or no longer)."""
-    key = os.path.abspath(tmp)  # mkstemp's name may be absolute where the target's is relative
+    key = os.path.abspath(tmp)  # mkdtemp's name may be absolute where the target's is relative
     if writing:
         _IN_FLIGHT.add(key)
     else:
@@ -106,6 +109,24 @@ def _writer_gone(pid: int, written: float) -> bool:
     return state in ("Z", "X") or (start is not None and start > written + _SLACK_S)
 
 
+def _last_written(full: Path) -> float:
+    """When a temp (a file, or a folder and the files in it) was last written."""
+    stat = full.lstat()
+    if not S_ISDIR(stat.st_mode):
+        return stat.st_mtime
+    return max([stat.st_mtime] + [(full / e).lstat().st_mtime for e in os.listdir(full)])
+
+
+def _remove(full: Path) -> None:
+    """Removes a temp file, or a temp folder with the files in it (never a link's target)."""
+    if not S_ISDIR(full.lstat().st_mode):
+        full.unlink()
+        return
+    for entry in os.listdir(full):
+        (full / entry).unlink()
+    full.rmdir()
+
+
 def _stale(folder: Path, entry: str, legacy: re.Pattern[str], now: float) -> bool:
     match = _NAME.fullmatch(entry)
     if match is None and not legacy.fullmatch(entry):
@@ -114,7 +135,7 @@ def _stale(folder: Path, entry: str, legacy: re.Pattern[str], now: float) -> boo
     if os.path.abspath(full) in _IN_FLIGHT:
         return False
     try:
-        written = full.lstat().st_mtime
+        written = _last_written(full)
     except OSError:  # removed meanwhile (another cleanup, the writer's own rename)
         return False
     if now - written > STALE_AGE_S:
@@ -143,7 +164,7 @@ def remove_stale(path: Path) -> list[str]:
     for entry in entries:
         if _stale(folder, entry, legacy, now):
             try:
-                (folder / entry).unlink()
+                _remove(folder / entry)
                 removed.append(entry)
             except OSError:
                 pass

@@ -1,5 +1,6 @@
-"""Where a file can be saved: the checks `atomic_write` makes before writing, which every job also
-makes for each of its outputs before any work, so a typo in a path never costs a training run."""
+"""The checks of a path before a file is read or written: `existing_file` before a read, and
+`check_writable`, which `atomic_write` makes before writing and every job makes for each of its
+outputs before any work, so a typo in a path never costs a training run."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import os
 import typing
 from pathlib import Path
 
-from ._file_errors import FileAccessError, FolderMissingError, as_path, cut
+from ._errors import (
+    FileAccessError,
+    FileMissingError,
+    FolderMissingError,
+    access_error,
+    as_path,
+    cut,
+)
 
-__all__ = ["check_writable", "same_file", "unwritable"]
+__all__ = ["check_writable", "existing_file", "same_file", "unwritable"]
 
 
 def unwritable(path: Path) -> tuple[bool, str] | None:
@@ -67,3 +75,18 @@ def check_writable(path: str | os.PathLike) -> Path:
             fix="give the path of a file inside a folder you can write to",
         )
     return path
+
+
+def existing_file(path: Path) -> int:
+    """The size of the file at `path`; E1304 when there is none, E1306 when it cannot be read."""
+    try:
+        if path.is_file():
+            return path.stat().st_size
+        exists = path.exists()
+    except OSError as e:
+        raise access_error(path, "read", e) from e
+    why = "it is a folder" if path.is_dir() else "it is not a regular file"
+    raise FileMissingError(
+        f"cannot read `{cut(path)}`: {why if exists else 'there is no such file'}",
+        fix="check the path",
+    )

@@ -1,7 +1,7 @@
-"""The file layer's errors and warnings, and the checks of a path every reader and writer shares.
+"""The file layer's errors and warnings, and the spelling of a path in them.
 
-`shapeml._files` raises these; they live here so that file stays one concept (reading and
-writing), and every message names its path cut to a readable length.
+Every reader and writer of `shapeml._io` raises these; every message names its path, cut to a
+readable length.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from ._errors import ArgumentError, ShapemlError, ShapemlWarning
-from ._validate import instance, shorten
+from .._errors import ArgumentError, ShapemlError, ShapemlWarning
+from .._validate import instance, shorten
 
 __all__ = [
     "FileAccessError",
