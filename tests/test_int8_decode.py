@@ -1,5 +1,5 @@
 """The JAX decode step, `generate` and `prompt_next_tokens` against the numpy reference, bit for bit;
-the pure functions under the methods; the compile cache."""
+the pure functions under the methods; no recompile on a second call."""
 
 import logging
 
