@@ -219,11 +219,10 @@ class Hoisted:
             # outer transformation should see `f` itself.
             return self._f(*args, **kwargs)
         if any(isinstance(x, np.ndarray) for x in w_leaves):
+            w = self._partition(args, kwargs)[0]
             path, x = next(
                 (p, x)
-                for p, x in jax.tree_util.tree_flatten_with_path(self._partition(args, kwargs)[0])[
-                    0
-                ]
+                for p, x in jax.tree_util.tree_flatten_with_path(w)[0]
                 if isinstance(x, np.ndarray)
             )
             raise MutableWeightsError(
