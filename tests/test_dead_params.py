@@ -1,16 +1,16 @@
 """Dead-param analysis (W1101 / E1101): params named by their path in nested models, and the
-analysis cached per signature in the one compile cache. (tests/test_grad.py covers the analysis
-through control flow, stop_gradient and the Spotter.)"""
+analysis riding on the one trace of the loss that differentiation makes. (tests/test_grad.py
+covers the analysis through control flow, stop_gradient and the Spotter.)"""
 
 import warnings
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import pytest
 from jaxtyping import Array, Float
 
 import shapeml as sm
-from shapeml import _compile_cache
 
 
 class Block(sm.Model):
@@ -81,38 +81,34 @@ def test_every_param_read_no_warning_and_names_match_sm_params(x):
     assert "stages.1.blocks.0.w1" in str(e.value)
 
 
-def spy_on_analyses(monkeypatch) -> tuple[list, list]:
-    """Records the keys of dead-param analyses looked up, and of those built, in a CompileCache."""
-    looked_up, built = [], []
-    real_get = _compile_cache.CompileCache.get
-
-    def spy(self, key):
-        before = self.builds
-        out = real_get(self, key)
-        if isinstance(getattr(key, "trees", None), _compile_cache.Signature):
-            looked_up.append(key)
-            if self.builds > before:
-                built.append(key)
-        return out
-
-    monkeypatch.setattr(_compile_cache.CompileCache, "get", spy)
-    return looked_up, built
-
-
-def test_analysis_is_cached_by_signature_in_the_compile_cache(x, monkeypatch):
+def test_the_analysis_rides_on_the_one_trace_of_the_loss(x):
     m, loss = Net.init(seed=0), make_loss(None)
-    _, builds = spy_on_analyses(monkeypatch)
-    step = jax.jit(lambda m, x: sm.value_and_grad(loss, m, x))
+    traces = []
+
+    def counted(m, x):
+        traces.append(x.shape)
+        return loss(m, x)
+
+    step = jax.jit(lambda m, x: sm.value_and_grad(counted, m, x))
     for _ in range(3):
         step(m, x)
-    sm.value_and_grad(loss, m, x)  # eager, same signature: the analysis of the jitted trace
-    assert len(builds) == 1
-    sm.value_and_grad(loss, m, x[:2])  # a new shape: analysed anew
-    step(m, x[:1])
-    assert len(builds) == 3
+    assert traces == [(3, 4)]  # one trace, analysis included; no retrace on the later calls
+    sm.value_and_grad(counted, m, x)  # an eager call runs the loss once, analysis included
+    assert traces == [(3, 4)] * 2
+    step(m, x[:1])  # a new shape: one new trace
+    assert traces == [(3, 4)] * 2 + [(1, 4)]
+    # as many traces of the loss as jax.value_and_grad makes for the same calls
+    plain = []
+    params, rest = eqx.partition(m, eqx.is_inexact_array)
+    jax_step = jax.jit(
+        jax.value_and_grad(lambda p, x: plain.append(x.shape) or loss(eqx.combine(p, rest), x))
+    )
+    for _ in range(3):
+        jax_step(params, x)
+    assert len(plain) == 1
 
 
-def test_unhashable_static_arguments_are_analysed_every_time(x, monkeypatch):
+def test_unhashable_static_arguments_need_no_key(x):
     class Config:  # unhashable: it defines __eq__ without __hash__
         def __init__(self, p):
             self.p = p
@@ -121,7 +117,6 @@ def test_unhashable_static_arguments_are_analysed_every_time(x, monkeypatch):
             return isinstance(other, Config) and other.p == self.p
 
     m, loss = Net.init(seed=0), make_loss((1, 1))
-    calls, _ = spy_on_analyses(monkeypatch)
 
     def configured(m, x, config):
         return loss(m, x) * config.p
@@ -129,4 +124,3 @@ def test_unhashable_static_arguments_are_analysed_every_time(x, monkeypatch):
     for _ in range(2):
         with pytest.warns(sm.DeadParamWarning, match="stages.1.blocks.1.w2"):
             sm.value_and_grad(configured, m, x, Config(2.0))
-    assert calls == []  # not keyed, so not cached

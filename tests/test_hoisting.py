@@ -17,7 +17,6 @@ from jax import lax
 from jaxtyping import Array, Float
 
 import shapeml as sm
-from shapeml import _compile_cache
 from shapeml.hoisting import (
     ArtifactCorruptError,
     ArtifactMismatchError,
@@ -669,21 +668,10 @@ def test_the_users_own_errors_and_shaped_errors_pass_through_unchanged():
         sm.hoist(g)(m, jnp.ones((2, 5)))
 
 
-# --- the compile cache ------------------------------------------------------------------------
+# --- compiling through jax.jit's caches ------------------------------------------------------
 
 
-def test_programs_come_from_the_compile_cache(monkeypatch):
-    builds = []
-    real_get = _compile_cache.CompileCache.get
-
-    def spy(self, key):
-        before = self.builds
-        out = real_get(self, key)
-        if self.builds > before:
-            builds.append(key)
-        return out
-
-    monkeypatch.setattr(_compile_cache.CompileCache, "get", spy)
+def test_no_retrace_or_recompile_on_a_second_call(caplog):
     traces = []
 
     def f(m, x):
@@ -692,11 +680,31 @@ def test_programs_come_from_the_compile_cache(monkeypatch):
 
     fast = sm.hoist(f)
     m = {"w": jnp.eye(3)}
-    for batch in (2, 2, 5, 2, 5):
-        np.testing.assert_allclose(fast(m, jnp.ones((batch, 3))), 2.0 * jnp.ones((batch, 3)))
+    with count_compiles(caplog) as compiles:
+        for batch in (2, 2, 5, 2, 5):
+            np.testing.assert_allclose(fast(m, jnp.ones((batch, 3))), 2.0 * jnp.ones((batch, 3)))
     assert traces == [(2, 3), (5, 3)]  # no re-trace on a second call, one per new shape
+    assert len(compiles) == 2  # main compiled once per input shape
     assert fast.report().traces == 2 and fast.report().prepare_runs == 1
-    programs = [k for k in builds if hasattr(k, "inputs")]
-    assert [k.inputs for k in programs] == [
-        _compile_cache.Signature.of(((jnp.ones((b, 3)),), {}))[0] for b in (2, 5)
-    ]
+    with count_compiles(caplog) as compiles:  # new weights: prepared, nothing traced or compiled
+        fast({"w": jnp.eye(3) * 2.0}, jnp.ones((5, 3)))
+        fast({"w": jnp.eye(3) * 3.0}, jnp.ones((2, 3)))
+    assert compiles == [] and len(traces) == 2 and fast.report().prepare_runs == 3
+
+
+def test_inputs_needing_other_prepared_tensors_alternate(caplog):
+    def f(m, x):  # the weight-only work depends on the input's length: a slice of a table
+        return x + jnp.tanh(m["pos"][: x.shape[0]] * 2.0)
+
+    fast = sm.hoist(f)
+    m = {"pos": jax.random.normal(jax.random.key(0), (8, 3))}
+    xs = [jnp.ones((3, 3)), jnp.ones((5, 3))]
+    for x in xs:
+        fast(m, x)
+    with count_compiles(caplog) as compiles:
+        for x in xs * 2:
+            np.testing.assert_allclose(fast(m, x), jax.jit(f)(m, x), rtol=1e-6)
+    assert compiles == []
+    rep = fast.report()
+    assert rep.traces == 2 and rep.prepare_runs == 2  # one set of tensors per length
+    assert "tanh" in rep.prepare_ops and "tanh" not in rep.main_ops

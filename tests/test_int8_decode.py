@@ -1,5 +1,5 @@
 """The JAX decode step, `generate` and `prompt_next_tokens` against the numpy reference, bit for bit;
-the pure functions under the methods; the compile cache."""
+the pure functions under the methods; no recompile on a second call."""
 
 import logging
 
@@ -95,7 +95,6 @@ def test_generate_compiles_once_for_any_prompt(caplog):
     m = Int8Model.random(8, **CONFIGS["base"])
     m.generate([1, 2], 3)
     m.decode_step(1, 0, m.init_cache())
-    builds = int8.PROGRAMS.builds
     with caplog.at_level(logging.WARNING), jax.log_compiles(True):
         m.generate([5, 6, 7, 8], 9)
         m.generate([1], 1)
@@ -104,7 +103,6 @@ def test_generate_compiles_once_for_any_prompt(caplog):
         # another model of the same shapes, dims and statics shares the programs
         Int8Model.from_json(m.to_dict()).generate([2], 4)
     assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
-    assert int8.PROGRAMS.builds == builds
 
 
 def test_pure_functions_are_the_methods():
@@ -146,16 +144,16 @@ def test_the_pure_reference_checks_its_inputs():
         int8.reference_generate(m, [], 1)
 
 
-def test_new_meta_shares_the_compiled_programs():
+def test_new_meta_shares_the_compiled_programs(caplog):
     # the statics (tokens, meta_json) are no part of the compile key: the decode never reads them
     m = Int8Model.random(11, **CONFIGS["base"])
     want = m.generate([1, 2], 3)
     m.decode_step(1, 0, m.init_cache())
-    builds = int8.PROGRAMS.builds
     other = m.replace(meta_json='{"note": "re-exported"}', tokens=tuple(f"w{i}" for i in range(16)))
-    assert other.generate([1, 2], 3) == want
-    other.decode_step(1, 0, other.init_cache())
-    assert int8.PROGRAMS.builds == builds
+    with caplog.at_level(logging.WARNING), jax.log_compiles(True):
+        assert other.generate([1, 2], 3) == want
+        other.decode_step(1, 0, other.init_cache())
+    assert not [r for r in caplog.records if "Compiling" in r.getMessage()]
 
 
 def test_the_pure_step_checks_tokens_and_positions_under_a_users_jit():

@@ -62,7 +62,6 @@ CODE_MODULES = (
     "shapeml._shell",
     "shapeml._io._errors",
     "shapeml.models._limits",
-    "shapeml._compile_cache",
     "shapeml._dead_params",
     "shapeml._grad",
     "shapeml._shaped",

@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._dead_params import check_reads
+from . import _jax_internals as jxi
+from ._dead_params import check_reads, scalar_loss
 from ._errors import ArgumentTypeError, ShapemlError, similar
 from ._validate import instance, shorten
 from .models import Model
@@ -280,12 +281,15 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
     instance("has_aux", has_aux, bool, "True or False")
     params, rest = split_params(m)
 
-    def loss_of_params(p, *a, **kw):
-        return f(eqx.combine(p, rest), *a, **kw)
+    def loss_of_params(p):
+        return scalar_loss(f(eqx.combine(p, rest), *args, **kwargs), has_aux)
 
-    check_reads(f, params, m, args, kwargs, has_aux)
-    value, tree = jax.value_and_grad(loss_of_params, has_aux=has_aux)(params, *args, **kwargs)
-    return value, Grad[type(m)](tree)
+    # `jax.value_and_grad` is this vjp; calling it here lets the dead-param check read the
+    # linearization the one trace of the loss made.
+    value, vjp_fn, *aux = jax.vjp(loss_of_params, params, has_aux=has_aux)
+    check_reads(vjp_fn, params, getattr(f, "__qualname__", repr(f)), type(m).__name__)
+    (tree,) = vjp_fn(jxi.one_cotangent(value))
+    return ((value, aux[0]) if has_aux else value), Grad[type(m)](tree)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors

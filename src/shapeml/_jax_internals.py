@@ -15,6 +15,7 @@ from jax._src import config as _config
 from jax._src import core as _core
 from jax._src.array import ArrayImpl as ArrayImpl  # the concrete array type: a fast type check
 from jax._src.interpreters import partial_eval as _pe
+from jax._src.lax import lax as _lax
 from jax._src.pjit import jit_p as _jit_p
 
 ClosedJaxpr = jex.ClosedJaxpr
@@ -28,16 +29,6 @@ def make_closed_jaxpr(fn: Callable, *args) -> ClosedJaxpr:
     return jax.make_jaxpr(fn)(*args)
 
 
-def used_inputs(closed: ClosedJaxpr, used_outputs: bool | Sequence[bool] = True) -> list[bool]:
-    """For each input of `closed`, whether any of the used outputs depends on it.
-
-    Nested jaxprs (pjit, scan, cond, while, custom_jvp/vjp) are followed by JAX's own DCE rules; a
-    primitive without a rule keeps all its inputs, so the answer errs towards "used".
-    """
-    _, used = _pe.dce_jaxpr(closed.jaxpr, used_outputs)
-    return list(used)
-
-
 def split_known(
     closed: ClosedJaxpr, unknowns: Sequence[bool]
 ) -> tuple[ClosedJaxpr, ClosedJaxpr, list[bool], list]:
@@ -49,6 +40,25 @@ def split_known(
     unknown outputs (JAX's `partial_eval_jaxpr_nounits` convention).
     """
     return _pe.partial_eval_jaxpr_nounits(closed, list(unknowns), instantiate=True)
+
+
+def vjp_reads(vjp_fn: Callable, n: int) -> list[bool]:
+    """For each of the `n` primal leaves of `vjp_fn = jax.vjp(f, *primals)[1]`, whether its
+    tangent reaches the output in `f`'s linearization (which `jax.vjp` keeps as `vjp_fn.jaxpr`).
+
+    An output that does not depend on the primals at all is known, not linear: then nothing is
+    read. If the linearization does not line up one input per leaf, every leaf counts as read.
+    """
+    jaxpr = vjp_fn.jaxpr
+    if len(jaxpr.invars) != n:
+        return [True] * n
+    _, used = _pe.dce_jaxpr(jaxpr, [True] * len(jaxpr.outvars))
+    return list(used)
+
+
+def one_cotangent(value: jax.Array) -> jax.Array:
+    """The cotangent `jax.value_and_grad` seeds a scalar's vjp with: a one, placed as it places it."""
+    return _lax._one_vjp(value)
 
 
 def as_fun(closed: ClosedJaxpr) -> Callable:

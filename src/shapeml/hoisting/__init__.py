@@ -1,6 +1,5 @@
 """Hoisting: weight-only work of a forward computed once per set of weights, not every call."""
 
-from .._compile_cache import UnhashableStaticError as UnhashableStaticError
 from ._bake import Baked as Baked
 from ._bake import bake as bake
 from ._errors import ArtifactCorruptError as ArtifactCorruptError
@@ -11,6 +10,7 @@ from ._errors import HoistArgumentError as HoistArgumentError
 from ._errors import HoistInputError as HoistInputError
 from ._errors import MutableWeightsError as MutableWeightsError
 from ._errors import NotTracedError as NotTracedError
+from ._errors import UnhashableStaticError as UnhashableStaticError
 from ._export import export as export
 from ._hoist import Hoisted as Hoisted
 from ._hoist import hoist as hoist

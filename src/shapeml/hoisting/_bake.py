@@ -1,7 +1,7 @@
 """`sm.bake`: bind the weights once and evaluate their weight-only part, returning `g(*inputs)`.
 
 Unlike leaving a closed-over model to XLA's constant folder (slow, and it skips large tensors),
-shapeml evaluates the prepare program itself, once per input structure and shapes, and the
+shapeml evaluates the prepare program itself (a hoisted `f` whose weights never change), and the
 compiled main program reads the results as arguments.
 """
 
@@ -12,9 +12,9 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from .._compile_cache import Signature
+import jax
+
 from ._hoist import Hoisted, check_options
-from ._prepared import Run
 from ._report import HoistReport
 
 
@@ -26,24 +26,13 @@ class Baked:
         check_options(f, 0, max_prepared_bytes)
         functools.update_wrapper(self, f)
         self._model = model
-        # Every baked program's prepared tensors are kept: the model is fixed, so there is only
-        # ever one set of weights to prepare.
+        self._leaves, self._tree = jax.tree.flatten(model)  # fixed: flattened once
+        # The model is fixed, so there is only ever one set of weights to prepare.
         self._hoisted = Hoisted(f, 0, max_prepared_bytes, cut_broadcasts=True, cache_size=1)
-        self._runs: dict[Signature, Run] = {}
 
     def __call__(self, *inputs, **kwargs):
-        sig, leaves = Signature.of((inputs, kwargs))
-        run = self._runs.get(sig)
-        if run is not None:
-            return run(leaves)
-        out = self._hoisted(self._model, *inputs, **kwargs)
-        prepared = self._hoisted._last
-        if prepared is not None:
-            # The hoisted call keyed its run by the same (inputs, kwargs) signature.
-            run = prepared.runs.get(sig)
-            if run is not None:
-                self._runs[sig] = run
-        return out
+        args = (self._model, *inputs)
+        return self._hoisted._call(self._leaves, self._tree, (inputs, kwargs), args, kwargs)
 
     def report(self) -> HoistReport:
         """What was evaluated at bake time; see `Hoisted.report`."""

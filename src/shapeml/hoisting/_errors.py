@@ -13,6 +13,7 @@ __all__ = [
     "HoistInputError",
     "MutableWeightsError",
     "NotTracedError",
+    "UnhashableStaticError",
 ]
 
 
@@ -60,6 +61,21 @@ class NotTracedError(
 `report()` describes the program built on the first call, so it needs one call first. To inspect
 the split without running it, use `prepare_jaxpr(model, *inputs)` and `main_jaxpr(model, *inputs)`,
 which accept arrays or `jax.ShapeDtypeStruct`s.
+""",
+):
+    pass
+
+
+class UnhashableStaticError(
+    ShapemlError,
+    TypeError,
+    code="E1504",
+    title="a non-array argument leaf is not hashable",
+    explanation="""
+Leaves of the arguments that are not arrays (Python numbers, strings, callables) are treated as
+static configuration, like `equinox.filter_jit` does: they are part of the key `jax.jit` compiles
+a program by, so they must be hashable. Pass data as arrays, and configuration as hashable values
+(tuples, not lists).
 """,
 ):
     pass

@@ -22,7 +22,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import _jax_internals as ji
-from .._compile_cache import is_array
 from .._io import (
     FileAccessError,
     FolderMissingError,
@@ -36,6 +35,7 @@ from .._validate import integer, shorten
 from .._version import __version__
 from ._errors import ExportError
 from ._hoist import Hoisted, check_options
+from ._static import is_array
 
 FORMAT = "shapeml-export"
 VERSION = "1"
@@ -129,12 +129,12 @@ def export(
     b = jax.export.symbolic_shape("b")[0]
     specs = [_spec(x, batch_axis, b) for x in in_leaves]
     hoisted = Hoisted(f, 0, max_prepared_bytes, cut_broadcasts=True, cache_size=1)
-    prog = hoisted._program((model, *jax.tree.unflatten(in_tree, specs)), {})[0]
-    w_dyn = [jnp.asarray(x) for x in w_leaves if is_array(x)]
+    prog, w_arrays, _, _ = hoisted._program_for((model, *jax.tree.unflatten(in_tree, specs)), {})
+    w_dyn = [jnp.asarray(x) for x in w_arrays]
     boundary = [np.asarray(x) for x in prog.prepare(w_dyn)]
     per_call = prog.per_call(w_dyn)
     try:
-        exported = jax.export.export(prog.main)(tuple(boundary), per_call, specs)
+        exported = jax.export.export(jax.jit(prog.main))(tuple(boundary), per_call, specs)
         program = bytes(exported.serialize())
     except Exception as e:  # jax.export's own errors name the unsupported part
         raise ExportError(

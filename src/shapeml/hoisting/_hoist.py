@@ -1,12 +1,15 @@
 """`sm.hoist`: run the weight-only part of `f(model, *inputs)` once per set of weights.
 
 The per-call path is: flatten the weights, check by identity that they are the arrays last seen,
-flatten the inputs, one jitted call of the main program. Everything else (tracing, splitting,
-preparing) happens on a miss.
+split the inputs into arrays and static leaves, one call of the jitted main program. Everything
+else (tracing, splitting, preparing) happens on a miss, and `jax.jit`'s caches hold what it makes:
+the split program per signature (the output of a function jax.jit traces) and main's compiled code
+per tag and input signature.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import typing
 from collections.abc import Callable, Sequence
@@ -16,13 +19,18 @@ import jax
 import numpy as np
 
 from .. import _jax_internals as ji
-from .._compile_cache import CompileCache, Signature, is_array
 from .._validate import instance, integer, shorten
 from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
-from ._inputs import TraceFailedError, input_error
-from ._prepared import Prepared, Run, WeightsKey
-from ._program import Program, ProgramKey, build, trace
+from ._inputs import Traced, input_error
+from ._prepared import Prepared, WeightsKey
+from ._program import Program, Tag, build
 from ._report import HoistReport
+from ._static import Static, abstract, combine, partition
+
+
+class _OtherTensorsError(Exception):
+    """Raised while tracing main: these inputs' program reads tensors other than the ones passed
+    (another prepare program). The call goes the slow way, which finds or makes them."""
 
 
 def check_options(
@@ -86,15 +94,23 @@ class Hoisted:
         self._single = argnums == (0,)
         self._max_bytes = max_prepared_bytes
         self._cut = cut_broadcasts
-        # Programs by signature (never dropped: they hold no weights), and the prepared tensors of
-        # the last `cache_size` sets of weights.
-        self._programs: CompileCache[Program] = CompileCache(self._build)
-        self._traced: list[ProgramKey] = []  # every signature traced, to explain one that fails
-        self._prepared: CompileCache[Prepared] = CompileCache(Prepared, maxsize=cache_size)
+        # The prepared tensors of the last `cache_size` sets of weights, least recently used first.
+        self._prepared: collections.OrderedDict[WeightsKey, Prepared] = collections.OrderedDict()
+        self._cache_size = cache_size
+        self._traced: list[Traced] = []  # every signature traced, to explain one that fails
         self._last: Prepared | None = None
         self._last_program: Program | None = None
         self._last_weight_bytes = 0
         self._prepare_runs = 0
+
+        def split(w_arrays, in_arrays, static):  # traced by jax.jit: its output is the program
+            return self._build(w_arrays, in_arrays, static)
+
+        def main(boundary, per_call, in_arrays, static):  # traced by jax.jit: main, compiled
+            return self._main_body(boundary, per_call, in_arrays, static)
+
+        self._split = jax.jit(split, static_argnums=2)
+        self._main = jax.jit(main, static_argnums=3)
 
     # --- the per-call path ----------------------------------------------------------------------
 
@@ -103,14 +119,26 @@ class Hoisted:
             w, ins = args[0], (args[1:], kwargs)
         else:
             w, ins = self._partition(args, kwargs)
-        w_leaves, w_tree = jax.tree.flatten(w)
+        return self._call(*jax.tree.flatten(w), ins, args, kwargs)
+
+    def _call(self, w_leaves: list, w_tree, ins: tuple, args: tuple, kwargs: dict):
+        """`f(*args, **kwargs)`, given the weights' leaves and structure and the other arguments
+        `ins = (rest, kwargs)` (so `bake`, whose weights never change, flattens them once)."""
         last = self._last
         if last is not None and last.holds(w_leaves, w_tree):
-            sig, in_leaves = Signature.of(ins)
-            run = last.run_for(sig)
-            if run is not None:
-                return run(in_leaves)
-        return self._miss(args, kwargs, w_leaves, w_tree, ins)
+            in_arrays, in_static = partition(ins)
+            try:
+                return self._main(last.boundary, last.per_call, in_arrays, (last.tag, in_static))
+            except _OtherTensorsError:
+                pass
+        return self._miss(args, kwargs, w_leaves, w_tree)
+
+    def _main_body(self, boundary, per_call, in_arrays, static: tuple[Tag, Static]):
+        tag, in_static = static
+        program = self._program(tag.weights, ([abstract(x) for x in in_arrays], in_static))
+        if program.tag != tag:
+            raise _OtherTensorsError
+        return program.main(boundary, per_call, in_arrays)
 
     def _partition(self, args: tuple, kwargs: dict) -> tuple[Any, Any]:
         if len(args) <= self._argnums[-1]:
@@ -126,56 +154,66 @@ class Hoisted:
         rest = tuple(a for i, a in enumerate(args) if i not in self._argnums)
         return w, (rest, kwargs)
 
-    def _assembler(self, w_tree, in_tree, n_args: int) -> Callable:
-        argnums = self._argnums
-
-        def assemble(w_leaves, in_leaves):
-            w = jax.tree.unflatten(w_tree, w_leaves)
-            rest, kwargs = jax.tree.unflatten(in_tree, in_leaves)
-            if argnums == (0,):
-                return (w, *rest), kwargs
-            args, it_w, it_r = [], iter(w), iter(rest)
-            for i in range(n_args):
-                args.append(next(it_w) if i in argnums else next(it_r))
-            return tuple(args), kwargs
-
-        return assemble
+    def _assemble(self, w, ins) -> tuple[tuple, dict]:
+        """`f`'s `(args, kwargs)` from its weights and its other arguments."""
+        rest, kwargs = ins
+        if self._single:
+            return (w, *rest), kwargs
+        args, it_w, it_r = [], iter(w), iter(rest)
+        for i in range(len(w) + len(rest)):
+            args.append(next(it_w) if i in self._argnums else next(it_r))
+        return tuple(args), kwargs
 
     # --- misses: tracing, splitting, preparing ----------------------------------------------------
 
-    def _build(self, key: ProgramKey) -> Program:
-        """Traces and splits `f` for the signatures in `key` (the program cache's builder)."""
-        assemble = self._assembler(key.weights.treedef, key.inputs.treedef, key.n_args)
-        try:
-            closed, out_tree = trace(self._f, assemble, key)
-        except (TypeError, ValueError) as e:
-            if type(e) not in (TypeError, ValueError):  # the user's own (or JAX's named) errors
-                raise
-            raise TraceFailedError(e) from e  # JAX refused the shapes: `_program` explains it
-        self._traced.append(key)
-        return build(
-            closed,
-            out_tree,
-            len(key.weights.dynamic()),
+    def _build(self, w_arrays, in_arrays, static: tuple[Static, Static]) -> Program:
+        """Traces and splits `f` for these shapes and statics (run inside the `split` trace)."""
+        weights = ([abstract(x) for x in w_arrays], static[0])
+        inputs = ([abstract(x) for x in in_arrays], static[1])
+        program = build(
+            self._f,
+            self._assemble,
+            weights,
+            inputs,
             max_prepared_bytes=self._max_bytes,
             cut_broadcasts=self._cut,
         )
+        traced = Traced.of(weights, inputs)
+        if traced not in self._traced:
+            self._traced.append(traced)
+        return program
 
-    def _program(self, args: tuple, kwargs: dict) -> tuple[Program, list, list, Signature]:
-        """The program for these arguments' structure and shapes (traced on first sight), the
-        weight and input leaves, and the inputs' signature."""
-        w, ins = self._partition(args, kwargs)
-        w_sig, w_leaves = Signature.of(w)
-        in_sig, in_leaves = Signature.of(ins)
-        key = ProgramKey(w_sig, in_sig, len(args))
+    def _program(
+        self, weights: tuple[Sequence, Static], inputs: tuple[Sequence, Static]
+    ) -> Program:
+        """The program for weights and inputs of these shapes and statics: traced and split on
+        first sight, then from JAX's trace cache.
+
+        Raises:
+            HoistInputError: (E1509) if `f` cannot be traced for these inputs.
+        """
         try:
-            prog = self._programs.get(key)
-        except TraceFailedError as e:
-            w_obj = args[self._argnums[0]] if len(self._argnums) == 1 else None
-            raise input_error(self._f, self._argnums, key, self._traced, w_obj, e) from None
-        return prog, w_leaves, in_leaves, in_sig
+            # Lists always: a tuple of the same shapes would be another key, and another trace.
+            shapes = list(weights[0]), list(inputs[0])
+            return self._split.trace(*shapes, (weights[1], inputs[1])).out_info
+        except (TypeError, ValueError) as e:
+            if type(e) not in (TypeError, ValueError):  # the user's own (or JAX's named) errors
+                raise
+            w = combine(weights[0], weights[1])
+            w = w if self._single else w[0] if len(self._argnums) == 1 else None
+            failed = Traced.of(weights, inputs)
+            raise input_error(self._f, self._argnums, failed, self._traced, w, e) from None
 
-    def _miss(self, args, kwargs, w_leaves, w_tree, ins):
+    def _program_for(self, args: tuple, kwargs: dict) -> tuple[Program, list, list, Static]:
+        """The program for these arguments (arrays or `jax.ShapeDtypeStruct`s), the array leaves
+        of the weights and of the inputs, and the inputs' static part."""
+        w, ins = self._partition(args, kwargs)
+        (w_arrays, w_static), (in_arrays, in_static) = partition(w), partition(ins)
+        weights = ([abstract(x) for x in w_arrays], w_static)
+        program = self._program(weights, ([abstract(x) for x in in_arrays], in_static))
+        return program, w_arrays, in_arrays, in_static
+
+    def _miss(self, args, kwargs, w_leaves, w_tree):
         if any(map(ji.is_tracer, w_leaves)):
             # Under an outer jit/grad the weights are abstract: there is nothing to cache, and the
             # outer transformation should see `f` itself.
@@ -192,29 +230,28 @@ class Hoisted:
                 f"(shape {x.shape}); the cache keys on array identity",
                 fix="convert the weights once: `model = jax.tree.map(jnp.asarray, model)`",
             )
-        prog, w_leaves, in_leaves, in_sig = self._program(args, kwargs)
-        prepared = self._prepared.get(WeightsKey.of(w_leaves, w_tree))
-        prepared.w_leaves = w_leaves  # equal statics, now the objects the fast path sees
-        w_dyn = [x for x in w_leaves if is_array(x)]
-        boundary = prepared.boundaries.get(prog.prepare_key)
-        if boundary is None:
-            boundary = prog.prepare(w_dyn)
+        program, w_arrays, in_arrays, in_static = self._program_for(args, kwargs)
+        prepared = self._prepared_for(w_leaves, w_tree)
+        if not prepared.use(program.tag):
+            boundary = program.prepare(w_arrays)
             if any(map(ji.is_tracer, boundary)):
                 return self._f(*args, **kwargs)  # staged by an outer trace: do not cache tracers
-            prepared.boundaries[prog.prepare_key] = boundary
+            prepared.keep(program.tag, boundary, program.per_call(w_arrays))
             self._prepare_runs += 1
-        dyn = in_sig.dynamic()
-        run = Run(
-            prog.main,
-            boundary,
-            prog.per_call(w_dyn),
-            None if len(dyn) == len(in_leaves) else dyn,
-        )
-        prepared.remember(in_sig, run)
         self._last = prepared
-        self._last_program = prog
-        self._last_weight_bytes = sum(ji.nbytes(jax.typeof(x)) for x in w_dyn)
-        return run(in_leaves)
+        self._last_program = program
+        self._last_weight_bytes = sum(ji.nbytes(jax.typeof(x)) for x in w_arrays)
+        return self._main(prepared.boundary, prepared.per_call, in_arrays, (program.tag, in_static))
+
+    def _prepared_for(self, w_leaves: list, w_tree) -> Prepared:
+        """The prepared tensors of these weights (empty for new ones), now the most recent."""
+        key = WeightsKey.of(w_leaves, w_tree)
+        prepared = self._prepared.pop(key, None) or Prepared(key)
+        prepared.w_leaves = w_leaves  # equal statics, now the objects the fast path sees
+        self._prepared[key] = prepared
+        if len(self._prepared) > self._cache_size:
+            self._prepared.popitem(last=False)
+        return prepared
 
     # --- introspection ----------------------------------------------------------------------------
 
@@ -234,17 +271,17 @@ class Hoisted:
             self._last_program.split,
             self._last_weight_bytes,
             self._prepare_runs,
-            self._programs.builds,
+            len(self._traced),
         )
 
     def prepare_jaxpr(self, *args, **kwargs) -> ji.ClosedJaxpr:
         """The prepare program for these arguments (arrays or `jax.ShapeDtypeStruct`s):
         weight leaves in, the tensors main reads out. Printable like `jax.make_jaxpr`'s result."""
-        return self._program(args, kwargs)[0].split.prepare
+        return self._program_for(args, kwargs)[0].split.prepare
 
     def main_jaxpr(self, *args, **kwargs) -> ji.ClosedJaxpr:
         """The per-call program: (boundary tensors, per-call weights, inputs) -> outputs."""
-        return self._program(args, kwargs)[0].split.main
+        return self._program_for(args, kwargs)[0].split.main
 
     def clear(self) -> None:
         """Drops every cached prepared tensor and the references to the weights they came from."""

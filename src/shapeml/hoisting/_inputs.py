@@ -9,24 +9,30 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 
-from .._compile_cache import ArrayKey
 from ._errors import HoistInputError
-from ._program import ProgramKey
+from ._static import Static
 
-__all__ = ["TraceFailedError", "input_error"]
+__all__ = ["Traced", "input_error"]
 
 
-class TraceFailedError(Exception):
-    """JAX refused to trace `f` for a signature (a plain `TypeError`/`ValueError` it raised); the
-    hoisted function turns it into `HoistInputError` with the names it knows."""
+class Traced(NamedTuple):
+    """A call `f` was traced for (or refused), as an explanation needs it: the weights' shapes and
+    static part, the structure of the other arguments `(rest, kwargs)`, and each of their leaves
+    (a `jax.ShapeDtypeStruct` for an array, else its value)."""
 
-    def __init__(self, cause: Exception):
-        super().__init__(str(cause))
-        self.cause = cause
+    weights: tuple
+    inputs: Any
+    leaves: tuple
+
+    @classmethod
+    def of(cls, weights: tuple[Sequence, Static], inputs: tuple[Sequence, Static]) -> Traced:
+        (arrays, (treedef, statics)), it = inputs, iter(inputs[0])
+        leaves = arrays if statics is None else [next(it) if s is None else s for s in statics]
+        return cls((tuple(weights[0]), weights[1]), treedef, tuple(leaves))
 
 
 def _parameter_names(f: Callable) -> tuple[list[str], str | None]:
@@ -39,13 +45,15 @@ def _parameter_names(f: Callable) -> tuple[list[str], str | None]:
     return positional, star
 
 
-def _leaf_names(f: Callable, argnums: Sequence[int], key: ProgramKey) -> list[str]:
+def _leaf_names(f: Callable, argnums: Sequence[int], call: Traced) -> list[str]:
     """A name per leaf of the inputs `(positional inputs, kwargs)`: the parameter's name, then the
     path inside it (`batch['x']`), in flattening order."""
     positional, star = _parameter_names(f)
-    rest = [i for i in range(key.n_args) if i not in argnums]
+    n_args = len(call.inputs.children()[0].children()) + len(argnums)
+    rest = [i for i in range(n_args) if i not in argnums]
     names = []
-    for path, _ in jax.tree_util.tree_flatten_with_path(key.inputs.abstract())[0]:
+    paths = jax.tree_util.tree_flatten_with_path(jax.tree.unflatten(call.inputs, call.leaves))[0]
+    for path, _ in paths:
         if getattr(path[0], "idx", None) == 0:  # a positional input
             pos = rest[path[1].idx]
             if pos < len(positional):
@@ -60,15 +68,15 @@ def _leaf_names(f: Callable, argnums: Sequence[int], key: ProgramKey) -> list[st
     return names
 
 
-def _dtype(k: ArrayKey) -> str:
+def _dtype(k: jax.ShapeDtypeStruct) -> str:
     return getattr(k.dtype, "name", str(k.dtype))  # numpy dtypes and PRNG key dtypes alike
 
 
-def _aval(k: ArrayKey) -> str:
+def _aval(k: jax.ShapeDtypeStruct) -> str:
     return f"{_dtype(k)}[{','.join(map(str, k.shape))}]"
 
 
-def _expected(seen: list[ArrayKey]) -> str | None:
+def _expected(seen: list[jax.ShapeDtypeStruct]) -> str | None:
     """The shape every earlier call agreed on, with `*` where they differed; None when their
     ranks differ (nothing to compare an axis with)."""
     if len({len(k.shape) for k in seen}) != 1:
@@ -81,7 +89,7 @@ def _expected(seen: list[ArrayKey]) -> str | None:
     return f"{dtypes.pop() if len(dtypes) == 1 else '*'}[{','.join(axes)}]"
 
 
-def _fits(k: ArrayKey, expected: str | None) -> bool:
+def _fits(k: jax.ShapeDtypeStruct, expected: str | None) -> bool:
     if expected is None:
         return True
     dtype, axes = expected[:-1].split("[")
@@ -106,34 +114,34 @@ def _weights_dims(weights: Any) -> str:
 def input_error(
     f: Callable,
     argnums: Sequence[int],
-    key: ProgramKey,
-    traced: Sequence[ProgramKey],
+    call: Traced,
+    traced: Sequence[Traced],
     weights: Any,
-    failure: TraceFailedError,
+    failure: Exception,
 ) -> HoistInputError:
-    """The coded error for a call whose inputs (`key`) `f` could not be traced for.
+    """The coded error for a call whose inputs `f` could not be traced for.
 
     Args:
         f: the hoisted function.
         argnums: the positions of its weights.
-        key: the failed call's signatures.
-        traced: the signatures traced successfully before.
+        call: the failed call.
+        traced: the calls traced successfully before.
         weights: the call's weights (for their `dims`, when they are a model).
-        failure: JAX's refusal.
+        failure: JAX's refusal (a plain `TypeError` or `ValueError`).
     """
     fname = getattr(f, "__name__", "f")
-    names = _leaf_names(f, argnums, key)
-    leaves = key.inputs.leaves
-    text = str(failure.cause).strip()
-    reason = text.splitlines()[0][:300] if text else type(failure.cause).__name__
+    names = _leaf_names(f, argnums, call)
+    leaves = call.leaves
+    text = str(failure).strip()
+    reason = text.splitlines()[0][:300] if text else type(failure).__name__
+    arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, jax.ShapeDtypeStruct)]
     same = [
         k
         for k in traced
-        if k.weights == key.weights
-        and k.inputs.treedef == key.inputs.treedef
-        and k.n_args == key.n_args
+        if k.weights == call.weights
+        and k.inputs == call.inputs
+        and all(isinstance(k.leaves[i], jax.ShapeDtypeStruct) for i in arrays)
     ]
-    arrays = [i for i, leaf in enumerate(leaves) if isinstance(leaf, ArrayKey)]
     if not same:
         given = ", ".join(f"{names[i]}: {_aval(leaves[i])}" for i in arrays) or "no arrays"
         return HoistInputError(
@@ -142,7 +150,7 @@ def input_error(
             fix=f"pass inputs whose shapes fit the weights (JAX's reason names the sizes that "
             f"disagree), or annotate `{fname}` with shapes (`@sm.shaped`) to have the dim named",
         )
-    expected = {i: _expected([k.inputs.leaves[i] for k in same]) for i in arrays}
+    expected = {i: _expected([k.leaves[i] for k in same]) for i in arrays}
     bad = [i for i in arrays if not _fits(leaves[i], expected[i])]
     shown = bad or arrays  # nothing stands out (inputs that must agree with each other): all
     parts = [

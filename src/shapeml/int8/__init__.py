@@ -32,7 +32,6 @@ from ._numerics import exp_table as exp_table
 from ._numerics import requant as requant
 from ._numerics import requant_jax as requant_jax
 from ._numerics import requant_pair as requant_pair
-from ._programs import PROGRAMS as PROGRAMS
 from ._reference import reference_generate as reference_generate
 from ._reference import reference_step as reference_step
 from ._schema import FORMAT as FORMAT
@@ -45,7 +44,6 @@ from ._tp import tp_step as tp_step
 
 __all__ = [
     "FORMAT",
-    "PROGRAMS",
     "REQUANT_POINTS",
     "Int8AccumulatorError",
     "Int8ExpTableError",

@@ -1,10 +1,10 @@
-"""The compiled decode programs, in the library's one compile cache (`shapeml._compile_cache`),
-and the calls that run them.
+"""The compiled decode programs: `jax.jit` with the program's configuration as static arguments,
+so JAX's own cache holds one program per kind, tp size, model key and cache structure.
 
-A program is selected by its kind, tp size and the model's `ModelKey`: class, dims, the shapes
-and dtypes of its tables and its requant pairs (compile-time constants, which XLA folds into the
-requant arithmetic). The statics `tokens` and `meta_json` are no part of the key: the decode
-never reads them, so a model rebuilt with new notes shares its programs.
+A model's key is its class, dims and requant pairs (compile-time constants, which XLA folds into
+the requant arithmetic); jax.jit adds the shapes, dtypes and placements of its tables, which are
+traced arguments. The statics `tokens` and `meta_json` are no part of the key: the decode never
+reads them, so a model rebuilt with new notes shares its programs.
 
 The per-call cost is kept to a dict lookup: each live model's key, array leaves, dims and, per
 tp, its tables placed on the mesh are computed once and kept in a side table keyed by the
@@ -18,13 +18,13 @@ KV cache checks its positions again inside the program, with `eqx.error_if`.)
 from __future__ import annotations
 
 import dataclasses
+import functools
 import weakref
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import numpy as np
 
-from .._compile_cache import CompileCache, Signature
 from .._kvcache import KVCache
 from ..models._introspect import dotted_name
 from . import _cache, _checks, _tp
@@ -32,27 +32,23 @@ from ._decode import generate_loop
 from ._decode import step as step_body
 from ._tokenizer import IntLike, TokenIds
 
-__all__ = ["PROGRAMS", "ModelKey", "ProgramKey", "generate", "intermediates", "step"]
+__all__ = ["ModelKey", "generate", "intermediates", "step"]
 
 _MASKED = ("scores", "dist", "idx", "e", "p")  # attention intermediates, [heads T]
 
 
-class ModelKey(NamedTuple):
-    """What about a model selects a program (its statics `tokens`, `meta_json` left out)."""
+@dataclasses.dataclass(frozen=True)
+class ModelKey:
+    """What about a model selects a program besides its tables' shapes (which jax.jit keys on):
+    hashable, so it is a static argument of the programs."""
 
     cls: type
     dims: tuple[tuple[str, int], ...]
-    tables: Signature  # of the model's array leaves other than the pairs
     pairs: tuple[tuple[int, int], ...]  # requant pairs, folded into the program as constants
-
-
-class ProgramKey(NamedTuple):
-    """What selects a compiled decode program."""
-
-    kind: str  # "step", "intermediates" or "generate"
-    tp: int | None  # None: unsplit; N: shard_map over N devices
-    model: ModelKey
-    cache: Any  # the KV cache's treedef (step kinds), None (generate)
+    at: int  # the pairs' position among the model's leaves
+    # Rebuilds the model inside the trace. No part of the key: it holds the statics `tokens` and
+    # `meta_json` of the first model seen, which the decode never reads.
+    treedef: Any = dataclasses.field(compare=False, repr=False)
 
 
 @dataclasses.dataclass
@@ -68,7 +64,6 @@ class _Entry:
 
 
 _ENTRIES: dict[int, _Entry] = {}  # id(model) -> entry, dropped when the model is collected
-_TEMPLATES: dict[ModelKey, tuple[Any, int, np.ndarray]] = {}  # treedef, pairs' leaf, pairs
 
 
 def _entry(m) -> _Entry:
@@ -82,37 +77,27 @@ def _entry(m) -> _Entry:
     tables = [x for i, (_, x) in enumerate(with_paths) if i != at]
     del names[at]
     dims = m.dims
-    key = ModelKey(
-        type(m), tuple(dims.items()), Signature.of(tables)[0], tuple(map(tuple, pairs.tolist()))
-    )
-    _TEMPLATES.setdefault(key, (treedef, at, pairs))
+    key = ModelKey(type(m), tuple(dims.items()), tuple(map(tuple, pairs.tolist())), at, treedef)
     i = id(m)
     e = _Entry(weakref.ref(m, lambda _: _ENTRIES.pop(i, None)), key, names, tables, dims)
     _ENTRIES[i] = e
     return e
 
 
-def _build(key: ProgramKey):
-    treedef, at, pairs = _TEMPLATES[key.model]
-    if key.tp is None:
-        fn = {"step": _step, "intermediates": step_body, "generate": generate_loop}[key.kind]
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _program(kind: str, tp: int | None, model: ModelKey, cache: Any, tables: list, *args):
+    """The decode of `kind` ("step", "intermediates" or "generate"), unsplit (`tp=None`) or under
+    `shard_map` over `tp` devices; `cache` is the KV cache's treedef (step kinds) or None."""
+    if tp is None:
+        fn = {"step": _step, "intermediates": step_body, "generate": generate_loop}[kind]
     else:
-        make = {"step": _tp.tp_step, "generate": _tp.tp_generate}[key.kind]
-        fn = make(_tp.tp_mesh(key.tp))
-
-    def program(tables, *args):
-        leaves = [*tables[:at], pairs, *tables[at:]]  # the pairs as numpy: constants
-        m = jax.tree.unflatten(treedef, leaves)
-        if key.cache is not None:
-            *args, k, v = args
-            args = (*args, jax.tree.unflatten(key.cache, [k, v]))
-        return fn(m, *args)
-
-    return jax.jit(program)
-
-
-PROGRAMS: CompileCache = CompileCache(_build, maxsize=64)
-"""The compiled decode programs (a `CompileCache` of at most 64), one per model key, kind and tp."""
+        fn = {"step": _tp.tp_step, "generate": _tp.tp_generate}[kind](_tp.tp_mesh(tp))
+    pairs = np.asarray(model.pairs, np.int32)  # numpy: constants in the program
+    m = jax.tree.unflatten(model.treedef, [*tables[: model.at], pairs, *tables[model.at :]])
+    if cache is not None:
+        *args, k, v = args
+        args = (*args, jax.tree.unflatten(cache, [k, v]))
+    return fn(m, *args)
 
 
 def _step(m, tok, pos, cache):
@@ -145,8 +130,7 @@ def step(m, tok: IntLike, pos: IntLike, cache: KVCache, *, tp: IntLike | None = 
     pos = _checks.check_pos(e.dims, pos)
     tables = _tables(e, m, tp)
     treedef, k, v = _checked_cache(e, cache, tp)
-    program = PROGRAMS.get(ProgramKey("step", tp, e.key, treedef))
-    return program(tables, np.int32(tok), np.int32(pos), k, v)
+    return _program("step", tp, e.key, treedef, tables, np.int32(tok), np.int32(pos), k, v)
 
 
 def intermediates(m, tok: IntLike, pos: IntLike, cache: KVCache) -> dict[str, np.ndarray]:
@@ -155,8 +139,8 @@ def intermediates(m, tok: IntLike, pos: IntLike, cache: KVCache) -> dict[str, np
     tok = _checks.check_token(e.dims, tok, "tok")
     pos = _checks.check_pos(e.dims, pos)
     treedef, k, v = _checked_cache(e, cache, None)
-    program = PROGRAMS.get(ProgramKey("intermediates", None, e.key, treedef))
-    r = jax.device_get(program(e.tables, np.int32(tok), np.int32(pos), k, v))
+    args = (np.int32(tok), np.int32(pos), k, v)
+    r = jax.device_get(_program("intermediates", None, e.key, treedef, e.tables, *args))
     del r["cache"]
     for name in _MASKED:
         r[name] = r[name][:, : pos + 1]
@@ -174,6 +158,7 @@ def generate(
     buf = np.zeros((e.dims.T + 1,), np.int32)
     buf[: len(prompt)] = prompt
     steps = len(prompt) + n - 1 if steps is None else steps
-    program = PROGRAMS.get(ProgramKey("generate", tp, e.key, None))
     # numpy arguments: jit transfers them with the call, no separate dispatches
-    return program(tables, buf, np.int32(len(prompt)), np.int32(steps))
+    return _program(
+        "generate", tp, e.key, None, tables, buf, np.int32(len(prompt)), np.int32(steps)
+    )

@@ -8,6 +8,7 @@ step under `jax.jit`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import typing
 from collections.abc import Mapping
@@ -17,7 +18,6 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 
-from .._compile_cache import CompileCache
 from .._errors import ArgumentTypeError, ShapemlError, similar
 from .._validate import shorten
 from ._annotations import read_declarations
@@ -234,7 +234,7 @@ class Model(eqx.Module):
         statics = tuple((k, check_static(cls.__name__, k, v)) for k, v in sorted(statics.items()))
         resolved = cls.dims.resolve(**dims)
         check_size(cls, resolved, limit, f"`{cls.__name__}.init`", dict(statics))
-        return _INIT.get(_InitKey(cls, resolved, statics))(key)
+        return _init(cls, resolved, statics, key)
 
     @classmethod
     @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -328,13 +328,8 @@ class Model(eqx.Module):
     _repr_html_ = repr_html  # a notebook shows the field table as HTML
 
 
-class _InitKey(typing.NamedTuple):
-    cls: type
-    dims: Dims
-    statics: tuple
-
-
-# One compiled program draws every field: far faster than one eager dispatch per field.
-_INIT: CompileCache = CompileCache(
-    lambda k: jax.jit(lambda key: k.cls._init_at(key, k.dims, "", k.statics)), maxsize=256
-)
+# One compiled program draws every field: far faster than one eager dispatch per field. The class,
+# its dims and its statics are static arguments, so jax.jit compiles it once per model layout.
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _init(cls: type[Model], dims: Dims, statics: tuple, key: jax.Array) -> Model:
+    return cls._init_at(key, dims, "", statics)
