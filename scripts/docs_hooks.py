@@ -120,7 +120,7 @@ def resolve(code: str) -> str | None:
 def error_ids() -> dict[str, str]:
     """Each code -> the id of its heading on the error index (`E0901` -> `e0901-no-such-field`)."""
     text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
-    return {m[1]: slugify(m[2], "-") for m in re.finditer(r"^## (([EW]\d{4})\b.*)$", text, re.M)}
+    return {m[2]: slugify(m[1], "-") for m in re.finditer(r"^## (([EW]\d{4})\b.*)$", text, re.M)}
 
 
 MD = re.compile(r"(\[(?:[^\[\]]|\[[^\]]*\])*\][(\[][^)\]]*[)\]])|(`+)(.+?)\2|" + ERROR.pattern)
