@@ -82,7 +82,9 @@ def api_page(package: str) -> str:
     here = [n for n, obj in names.items() if home(package, n, obj) == f"{package}.{n}"]
     text += f"      members: {json.dumps(here)}\n"
     text += "\n## Re-exported\n\nDocumented in their subpackages, exported here too:\n\n"
-    text += "".join(f"- [`sm.{n}`][{home(package, n, o)}]\n" for n, o in names.items() if n not in here)
+    text += "".join(
+        f"- [`sm.{n}`][{home(package, n, o)}]\n" for n, o in names.items() if n not in here
+    )
     text += "\n## Subpackages\n\n"
     for sub in public_packages()[1:]:
         doc = (importlib.import_module(sub).__doc__ or "").strip().split("\n\n")[0]

@@ -1,13 +1,12 @@
 """MkDocs hooks for the few things no plugin does (mkdocs.yml loads this file):
 
-- `SHAPEML_DOCS_EXECUTE` picks the notebooks mkdocs-jupyter runs, whose options are fixed in
-  mkdocs.yml: `1` (default) all, `0` none (the quick build; such a page says so at its top), or
-  names (`04_hoisting,07_nn_layers`).
-- the guide's links to `../tutorials/*.ipynb` and `../examples/*.py` point at the pages the site
-  builds of them: mkdocs resolves only links inside docs/.
+- `SHAPEML_DOCS_EXECUTE` picks the notebooks mkdocs-jupyter runs (its options are fixed in
+  mkdocs.yml): `1` (default) all, `0` none (the quick build: such a page says so), or names.
+- the guide's links to `../tutorials/*.ipynb` and `../examples/*.py` point at their pages on the
+  site: mkdocs resolves only links inside docs/.
 - inline code naming a public API object (`sm.shard(m, mesh, rules)`, `optim.adamw`, `Graph`) and
-  every error code (`E0901`) become mkdocs-autorefs references, so the guide needs no link markup;
-  the strict build fails on a reference autorefs cannot resolve.
+  error codes (`E0901`) become mkdocs-autorefs references, so pages need no link markup; the strict
+  build fails on one autorefs cannot resolve. API entries list the sections that use them.
 - no path of the build machine in a tutorial's outputs (`scrub`): nbconvert shows them as printed.
 """
 
@@ -15,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import html
-import inspect
 import os
 import re
 import sys
@@ -85,19 +83,11 @@ def api_names() -> dict[str, str]:
     return {alias: idents.pop() for alias, idents in found.items() if len(idents) == 1}
 
 
-def _documented_member(ident: str, member: str) -> bool:
-    """Whether mkdocstrings renders `member` of class `ident` (its own, public, with a docstring)."""
-    module, _, name = ident.rpartition(".")
-    cls = getattr(sys.modules.get(module), name, None)
-    value = vars(cls).get(member) if isinstance(cls, type) else None
-    kinds = (types.FunctionType, classmethod, staticmethod, property)
-    return isinstance(value, kinds) and bool(inspect.getdoc(value)) and not member.startswith("_")
-
-
-def resolve(code: str) -> str | None:
+def resolve(code: str) -> tuple[str, str] | None:
     """The identifier of the API entry inline `code` names (`sm.shard(m, mesh, rules)`,
-    `Grad[Spotter]`, `Model.init`), or None. A bare lowercase name without `_` counts only when
-    called (`hoist(f)`), a bare constant never."""
+    `Grad[Spotter]`, `Model.init`) and the one to link if it has none (a member: its class), or
+    None. A bare lowercase name without `_` counts only when called (`hoist(f)`), a bare constant
+    never."""
     m = CODE.fullmatch(html.unescape(code).strip())
     if not m:
         return None
@@ -112,7 +102,7 @@ def resolve(code: str) -> str | None:
         extra = parts[n:]
         if len(extra) > 1 or (extra and ident in docs_gen.public_packages()):
             return None
-        return f"{ident}.{extra[0]}" if extra and _documented_member(ident, extra[0]) else ident
+        return (f"{ident}.{extra[0]}", ident) if extra else (ident, ident)
     return None
 
 
@@ -123,53 +113,48 @@ def error_ids() -> dict[str, str]:
     return {m[2]: slugify(m[1], "-") for m in re.finditer(r"^## (([EW]\d{4})\b.*)$", text, re.M)}
 
 
-MD = re.compile(r"(\[(?:[^\[\]]|\[[^\]]*\])*\][(\[][^)\]]*[)\]])|(`+)(.+?)\2|" + ERROR.pattern)
-FENCE = re.compile(r"^[ \t]*(```|~~~).*?^[ \t]*\1", re.M | re.S)
-REPO_LINK = re.compile(r"\]\(\.\./(tutorials/\w+\.ipynb|(?:tutorials/solutions|examples)/\w+)(\.py)?")
-
-
-def _link_md(m: re.Match) -> str:
-    if m[1]:
-        return m[0]  # a link already
-    code = m[3] if m[2] else m[0]
-    ident = error_ids().get(code) or (resolve(code) if m[2] else None)
-    return f"[{m[0]}][{ident}]" if ident else m[0]
+REPO_LINK = re.compile(
+    r"\]\(\.\./(tutorials/\w+\.ipynb|(?:tutorials/solutions|examples)/\w+)(\.py)?"
+)
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.generated_by:
         return markdown
-    markdown = REPO_LINK.sub(lambda m: f"]({m[1]}{'.md' if m[2] else ''}", markdown)
-    out, pos = [], 0
-    for fence in [*FENCE.finditer(markdown), None]:
-        text = markdown[pos : fence.start() if fence else len(markdown)]
-        lines = [x if x.startswith("#") else MD.sub(_link_md, x) for x in text.split("\n")]
-        out += ["\n".join(lines), fence[0] if fence else ""]
-        pos = fence.end() if fence else pos
-    return "".join(out)
+    return REPO_LINK.sub(lambda m: f"]({m[1]}{'.md' if m[2] else ''}", markdown)
 
 
 TAG = re.compile(r"(<[^>]*>)")
-SCOPES = re.compile(r"<(/?)(a|autoref|pre|h[1-6])\b")
+SCOPES = re.compile(r"<(/?)(a|autoref|pre|h[1-6])\b(?:[^>]*\bid=\"([^\"]*)\")?")
 
 
-def link_html(text: str) -> str:
-    """Inline code and error codes in rendered HTML (a notebook, a docstring) as autorefs."""
-    parts, depth = TAG.split(text), {"a": 0, "pre": 0, "h": 0}
-    ids = error_ids()
+def link_html(text: str, backlinks: bool) -> str:
+    """Inline code naming an API object, and error codes, in rendered HTML as autorefs (with
+    `backlinks`, the entry lists this page's section that uses it)."""
+    parts, depth, section = TAG.split(text), {"a": 0, "pre": 0, "h": 0}, ""
+    codes = error_ids()
+
+    def ref(ident: str, fallback: str) -> str:
+        back = (
+            f' backlink-type="used-by" backlink-anchor="{section}"' if backlinks and section else ""
+        )
+        return f'<autoref identifier="{ident}" slug="{fallback}"{back}>'
+
     for i in range(0, len(parts), 2):
         if i and (m := SCOPES.match(parts[i - 1])):
             key = "a" if m[2] == "autoref" else m[2][0] if m[2][0] == "h" else m[2]
             depth[key] = max(0, depth[key] + (-1 if m[1] else 1))
+            section = m[3] or section
         if depth["a"] or depth["h"] or not parts[i].strip():
             continue
         code = not depth["pre"] and parts[i - 1 : i] == ["<code>"]
-        code = code and parts[i + 1 : i + 2] == ["</code>"]
-        if code and (ident := resolve(parts[i])):
-            parts[i - 1], parts[i + 1] = f'<autoref identifier="{ident}"><code>', "</code></autoref>"
+        if code and parts[i + 1 : i + 2] == ["</code>"] and (found := resolve(parts[i])):
+            parts[i - 1], parts[i + 1] = f"{ref(*found)}<code>", "</code></autoref>"
             continue
-        link = '<autoref identifier="{1}">{0}</autoref>'
-        parts[i] = ERROR.sub(lambda e: link.format(e[0], ids[e[0]]) if e[0] in ids else e[0], parts[i])
+        parts[i] = ERROR.sub(
+            lambda e: f"{ref(codes[e[0]], codes[e[0]])}{e[0]}</autoref>" if e[0] in codes else e[0],
+            parts[i],
+        )
     return "".join(parts)
 
 
@@ -202,4 +187,4 @@ def on_page_content(content: str, page, config, files) -> str:
         content = scrub(content).replace('<script src=""> </script>', "")  # no MathJax loader
         if Path(src).stem not in executed():
             content = QUICK_NOTE + content
-    return link_html(content) if src.startswith(("api/", "tutorials/")) else content
+    return link_html(content, backlinks=not src.startswith("api/"))
