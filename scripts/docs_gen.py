@@ -1,29 +1,26 @@
-"""The site's pages made from other files, written at build time by mkdocs-gen-files (mkdocs.yml);
-a script because which pages exist follows from the package and from files outside docs/.
+"""The site's pages made from other files, written at build time by mkdocs-gen-files: a script,
+as which pages exist follows from the package and from files outside docs/.
 
-- `api/<name>.md`: one page per public subpackage, rendered by mkdocstrings from its `__all__`, and
-  `api/SUMMARY.md`, their nav (mkdocs-literate-nav). A name the top level re-exports from a public
-  subpackage (`sm.Model` is `shapeml.models.Model`) is documented there and linked from `api/`.
-- `tutorials/*.ipynb`: the notebooks (mkdocs-jupyter executes them here, in a scratch folder),
-  their links to repository files made links to the pages the site builds from those files.
-- `tutorials/solutions/*.md`, `examples/*.md`: a page showing each exercise solution and script.
+- `api/<name>.md` per public subpackage, rendered by mkdocstrings from its `__all__`, and their nav
+  `api/SUMMARY.md` (mkdocs-literate-nav); `sm.Model` is documented once, as `shapeml.models.Model`.
+- `tutorials/*.ipynb` (mkdocs-jupyter runs them there, in a scratch folder), links made site links;
+  `tutorials/solutions/*.md`, `examples/*.md`: a page showing each solution and example script.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
 import pkgutil
 import posixpath
 import re
 import types
+from importlib import import_module
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 # The API pages in guide order; a public subpackage not listed comes after them, by name.
 API_ORDER = ["models", "optim", "training", "state", "hoisting", "int8", "nn", "sharding"]
 API_SKIP = {"cli"}  # the command line is documented by `shapeml --help`
-LINK = re.compile(r"(\]\()([^)\s#]+)(#[^)\s]*)?(\))")
 
 
 def front(boost: float) -> str:
@@ -41,20 +38,14 @@ def public_packages() -> list[str]:
     return ["shapeml", *(f"shapeml.{n}" for n in order)]
 
 
-def member(module: types.ModuleType, name: str) -> object:
-    """`module.name`, importing it when it is a submodule the package does not import itself."""
-    if hasattr(module, name):
-        return getattr(module, name)
-    return importlib.import_module(f"{module.__name__}.{name}")
-
-
 def exported(package: str) -> dict[str, object]:
     """The names `package` exports (its `__all__`, else its public submodules) -> objects."""
-    module = importlib.import_module(package)
+    module = import_module(package)
     names = getattr(module, "__all__", None)
     if names is None:
         names = [m.name for m in pkgutil.iter_modules(module.__path__) if m.name[0] != "_"]
-    return {name: member(module, name) for name in names}
+    get = lambda n: getattr(module, n) if hasattr(module, n) else import_module(f"{package}.{n}")
+    return {name: get(name) for name in names}  # importing the submodules it does not import
 
 
 def home(package: str, name: str, obj: object) -> str:
@@ -85,41 +76,27 @@ def api_page(package: str) -> str:
     text += "".join(
         f"- [`sm.{n}`][{home(package, n, o)}]\n" for n, o in names.items() if n not in here
     )
-    text += "\n## Subpackages\n\n"
-    for sub in public_packages()[1:]:
-        doc = (importlib.import_module(sub).__doc__ or "").strip().split("\n\n")[0]
-        text += f"- [`{sub}`]({posixpath.basename(api_src(sub))}): {' '.join(doc.split())}\n"
-    return text
+    subs = public_packages()[1:]
+    return text + "\n## Subpackages\n\n" + "".join(f"- [`{s}`][{s}]\n" for s in subs)
 
 
-def site_url(repo_path: str) -> str | None:
-    """The URL (under the site) of the page built from a repository file; None: no such page."""
-    for pattern, to in [
-        (r"docs/index\.md", ""),
-        (r"docs/(\w+)\.md", r"\1/"),
-        (r"(tutorials/\w+)\.ipynb", r"\1/"),
-        (r"((?:tutorials/solutions|examples)/\w+)\.py", r"\1/"),
-    ]:
-        if re.fullmatch(pattern, repo_path):
-            return re.sub(pattern, to, repo_path)
-    return None
+# A notebook's links to repository files, as links to their pages from its own (`tutorials/NN/`).
+NOTEBOOK_LINKS = {
+    r"\]\(solutions/(\w+)\.py\)": r"](../solutions/\1/)",
+    r"\]\(\.\./docs/(\w+)\.md(#[^)]*)?\)": r"](../../\1/\2)",
+    r"\]\(\.\./examples/(\w+)\.py\)": r"](../../examples/\1/)",
+    r"\]\((?:\.\./tutorials/)?(\d\d_\w+)\.ipynb(#[^)]*)?\)": r"](../\1/\2)",
+}
 
 
 def notebook(path: Path) -> str:
     """`path`'s JSON with its Markdown cells' links to repository files pointing at their pages."""
     nb = json.loads(path.read_text(encoding="utf-8"))
-    page_url = f"tutorials/{path.stem}/"
-
-    def sub(m: re.Match) -> str:
-        url = site_url(posixpath.normpath(posixpath.join("tutorials", m.group(2))))
-        if url is None or "://" in m.group(2):
-            return m.group(0)
-        return f"{m[1]}{posixpath.relpath(url or '.', page_url)}/{m[3] or ''}{m[4]}"
-
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":
-            source = "".join(cell["source"])  # nbformat stores a list of lines or one string
-            cell["source"] = LINK.sub(sub, source)
+            cell["source"] = "".join(cell["source"])  # nbformat: a list of lines or one string
+            for link, page in NOTEBOOK_LINKS.items():
+                cell["source"] = re.sub(link, page, cell["source"])
     return json.dumps(nb, indent=1)
 
 

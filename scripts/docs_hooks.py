@@ -1,19 +1,20 @@
-"""MkDocs hooks for the few things no plugin does (mkdocs.yml loads this file):
+"""MkDocs hooks for what no plugin does (mkdocs.yml loads this file):
 
-- `SHAPEML_DOCS_EXECUTE` picks the notebooks mkdocs-jupyter runs (its options are fixed in
-  mkdocs.yml): `1` (default) all, `0` none (the quick build: such a page says so), or names.
-- the guide's links to `../tutorials/*.ipynb` and `../examples/*.py` point at their pages on the
-  site: mkdocs resolves only links inside docs/.
-- inline code naming a public API object (`sm.shard(m, mesh, rules)`, `optim.adamw`, `Graph`) and
-  error codes (`E0901`) become mkdocs-autorefs references, so pages need no link markup; the strict
-  build fails on one autorefs cannot resolve. API entries list the sections that use them.
-- no path of the build machine in a tutorial's outputs (`scrub`): nbconvert shows them as printed.
+- `SHAPEML_DOCS_EXECUTE` picks the notebooks mkdocs-jupyter runs: `1` (default) all, `0` none
+  (the quick build; such a page says so), or names; mkdocs.yml fixes the plugin's own options.
+- the guide's `../tutorials/*.ipynb` and `../examples/*.py` links point at their site pages.
+- inline code naming a public API object (`sm.shard(m, mesh)`, `Graph`) and error codes (`E0901`)
+  become mkdocs-autorefs references (the strict build fails on one it cannot resolve), with
+  backlinks: the guide needs no link markup.
+- no build-machine path in a page: scrubbed from the notebooks' outputs, else a strict failure.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import html
+import logging
 import os
 import re
 import sys
@@ -25,30 +26,24 @@ from pathlib import Path
 import docs_gen  # scripts/docs_gen.py: mkdocs puts this file's folder on the path to load it
 from markdown.extensions.toc import slugify
 
+log = logging.getLogger("mkdocs.hooks.shapeml")
 ROOT = docs_gen.ROOT
 STEMS = [p.stem for p in sorted((ROOT / "tutorials").glob("*.ipynb"))]
 # Packages whose names link only when written qualified: tutorials define their own `forward`.
 QUALIFIED_ONLY = ("shapeml.zoo", "shapeml.apps", "shapeml.data")
 CODE = re.compile(r"@?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)([(\[].*)?", re.S)
 ERROR = re.compile(r"(?<![\w/#-])[EW]\d{4}(?![\w-])")
-QUICK_NOTE = (
-    '<div class="admonition note"><p class="admonition-title">Quick build</p><p>This notebook '
-    "was not executed for this build, so its outputs are missing: <code>mkdocs build</code> "
-    "without <code>SHAPEML_DOCS_EXECUTE=0</code> runs it.</p></div>"
-)
+QUICK_NOTE = """<div class="admonition note"><p class="admonition-title">Quick build</p><p>This
+notebook was not executed for this build (SHAPEML_DOCS_EXECUTE), so it shows no outputs.</p></div>"""
 
 
 def executed() -> set[str]:
     """The tutorials (by name) this build runs, from `SHAPEML_DOCS_EXECUTE`."""
     value = os.environ.get("SHAPEML_DOCS_EXECUTE", "1").strip()
-    if value.lower() in ("0", "false", "no", ""):
-        return set()
-    if value.lower() in ("1", "true", "yes", "all"):
-        return set(STEMS)
-    chosen = {v.strip().removesuffix(".ipynb") for v in value.split(",") if v.strip()}
-    if unknown := chosen - set(STEMS):
-        raise ValueError(f"SHAPEML_DOCS_EXECUTE: no tutorial {sorted(unknown)} in {STEMS}")
-    return chosen
+    run = set(STEMS) if value == "1" else {v.strip() for v in value.split(",") if v not in "0"}
+    if unknown := run - set(STEMS):
+        raise ValueError(f"SHAPEML_DOCS_EXECUTE: {sorted(unknown)} is not 1, 0 or one of {STEMS}")
+    return run
 
 
 def on_config(config):
@@ -63,10 +58,10 @@ def on_config(config):
 def api_names() -> dict[str, str]:
     """Each way the guide writes a public name (`sm.shard`, `optim.adamw`, `adamw`) -> the
     autorefs identifier of its entry; a name meaning two things (`param`) only qualified."""
-    found: dict[str, set[str]] = {}
+    found = collections.defaultdict(set)
     for package in docs_gen.public_packages():
-        found.setdefault(package, set()).add(package)
-        found.setdefault(package.replace("shapeml", "sm", 1), set()).add(package)
+        found[package].add(package)
+        found[package.replace("shapeml", "sm", 1)].add(package)
         for name, obj in docs_gen.exported(package).items():
             items = [(f"{package}.{name}", docs_gen.home(package, name, obj))]
             if isinstance(obj, types.ModuleType):
@@ -79,15 +74,13 @@ def api_names() -> dict[str, str]:
                 if not qualified.startswith(QUALIFIED_ONLY):
                     aliases.add(parts[-1])
                 for alias in aliases:
-                    found.setdefault(alias, set()).add(ident)
+                    found[alias].add(ident)
     return {alias: idents.pop() for alias, idents in found.items() if len(idents) == 1}
 
 
 def resolve(code: str) -> tuple[str, str] | None:
-    """The identifier of the API entry inline `code` names (`sm.shard(m, mesh, rules)`,
-    `Grad[Spotter]`, `Model.init`) and the one to link if it has none (a member: its class), or
-    None. A bare lowercase name without `_` counts only when called (`hoist(f)`), a bare constant
-    never."""
+    """The entry inline `code` names (`sm.shard(m, mesh)`, `Grad[M]`, `Model.init`) and the one to
+    link if it has none (a member: its class). A bare name in lowercase only called (`hoist(f)`)."""
     m = CODE.fullmatch(html.unescape(code).strip())
     if not m:
         return None
@@ -132,13 +125,11 @@ def link_html(text: str, backlinks: bool) -> str:
     """Inline code naming an API object, and error codes, in rendered HTML as autorefs (with
     `backlinks`, the entry lists this page's section that uses it)."""
     parts, depth, section = TAG.split(text), {"a": 0, "pre": 0, "h": 0}, ""
-    codes = error_ids()
+    codes = collections.defaultdict(str, error_ids())  # an unknown code fails the strict build
 
-    def ref(ident: str, fallback: str) -> str:
-        back = (
-            f' backlink-type="used-by" backlink-anchor="{section}"' if backlinks and section else ""
-        )
-        return f'<autoref identifier="{ident}" slug="{fallback}"{back}>'
+    def ref(ident: str, fallback: str) -> str:  # autorefs links `fallback` if `ident` is unknown
+        back = backlinks and section and f'backlink-type="used-by" backlink-anchor="{section}"'
+        return f'<autoref identifier="{ident}" slug="{fallback}" {back or ""}>'
 
     for i in range(0, len(parts), 2):
         if i and (m := SCOPES.match(parts[i - 1])):
@@ -152,33 +143,36 @@ def link_html(text: str, backlinks: bool) -> str:
             parts[i - 1], parts[i + 1] = f"{ref(*found)}<code>", "</code></autoref>"
             continue
         parts[i] = ERROR.sub(
-            lambda e: f"{ref(codes[e[0]], codes[e[0]])}{e[0]}</autoref>" if e[0] in codes else e[0],
-            parts[i],
+            lambda e: ref(codes[e[0]], codes[e[0]]) + e[0] + "</autoref>", parts[i]
         )
     return "".join(parts)
 
 
 @functools.cache
-def _machine_paths() -> re.Pattern:
+def _machine_folders() -> re.Pattern:
     import shapeml
 
-    roots = {str(ROOT), str(Path(shapeml.__file__).resolve().parents[1]), sys.prefix}
-    roots |= {os.path.realpath(sys.prefix), sysconfig.get_paths()["stdlib"], str(Path.home())}
+    roots = {str(ROOT), str(Path(shapeml.__file__).resolve().parents[1]), str(Path.home())}
+    roots |= {sys.prefix, os.path.realpath(sys.prefix), sysconfig.get_paths()["stdlib"]}
     temps = {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}
-
-    def alt(xs):
-        return "|".join(re.escape(x.rstrip("/")) for x in sorted(xs, key=len, reverse=True))
-
+    temp, root = ("|".join(map(re.escape, sorted(xs, key=len)[::-1])) for xs in (temps, roots))
+    packages = r"[\w./~+-]*?/(?:site|dist)-packages(?:/|(?![\w.-]))"
     return re.compile(
-        rf"(?<![\w.~])(?:[\w./~+-]*?/(?:site|dist)-packages(?:/|(?![\w.-]))"
-        rf"|(?:{alt(temps)})/[^/\s'\"<>:;,()]+/?|(?:{alt(roots)})(?:/|(?![\w.-])))"
+        rf"(?<![\w.~])(?:{packages}|(?:{temp})/[^/\s'\"<>:;,()]+/?|(?:{root})(?:/|(?![\w.-])))"
     )
 
 
 def scrub(text: str) -> str:
     """`text` without the build machine's folders: a package's file by its path in the package
     (`IPython/core/interactiveshell.py`), a temporary file by its name, a folder by `.`."""
-    return _machine_paths().sub(lambda m: "" if m[0].endswith("/") else ".", text)
+    return _machine_folders().sub(lambda m: "" if m[0].endswith("/") else ".", text)
+
+
+def machine_paths(text: str) -> list[str]:
+    """Paths of the build machine, or of any home, temporary or build folder, in `text`."""
+    folders = rf"{re.escape(str(ROOT))}|/(?:home|root|Users|work|tmp|var/tmp|private)/"
+    found = re.findall(rf"(?<![\w.~])(?:{folders})[\w.-]*|[\w.~/-]*/(?:site|dist)-packages", text)
+    return sorted(set(found))
 
 
 def on_page_content(content: str, page, config, files) -> str:
@@ -187,4 +181,6 @@ def on_page_content(content: str, page, config, files) -> str:
         content = scrub(content).replace('<script src=""> </script>', "")  # no MathJax loader
         if Path(src).stem not in executed():
             content = QUICK_NOTE + content
+    for path in machine_paths(content):  # a warning fails the strict build
+        log.warning("%s: a path of the build machine: %s", src, path)
     return link_html(content, backlinks=not src.startswith("api/"))

@@ -1,16 +1,12 @@
-"""A griffe extension (mkdocs.yml loads it) for what griffe's Google parser does not read in
-shapeml's docstrings, so it renders instead of being dropped or failing the strict build:
-
-- `Example:` before `>>>` lines: griffe reads only the plural `Examples:` as code;
-- `a, b: description` in `Args:` or `Attributes:`: one entry per name;
-- a `Raises:` section in prose (`A (E1601), B (E1602).`): kept as a note titled "Raises";
-- a coded error without a docstring in the source: its `__doc__`, set by `shapeml._errors`;
-- a public module constant: the comment on its line, or the comment lines right above it.
+"""A griffe extension (mkdocs.yml) for what griffe's Google parser does not read in shapeml's
+docstrings, which would otherwise be dropped or fail the strict build: `Example:` before `>>>`
+lines (griffe reads `Examples:`); `a, b: description` in `Args:` or `Attributes:` (one entry per
+name); a `Raises:` section in prose (kept as a note titled "Raises"); a coded error's `__doc__`,
+set at run time by `shapeml._errors`; a public module constant's comment (on its line or above).
 """
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import re
 
@@ -70,10 +66,8 @@ def normalize(text: str) -> str:
 def _runtime_doc(obj: griffe.Object) -> str | None:
     """A class's own `__doc__` at run time (None: it has none, or its module does not import)."""
     try:
-        value = importlib.import_module(obj.module.path)
-        for part in obj.path.removeprefix(obj.module.path + ".").split("."):
-            value = getattr(value, part)
-    except (ImportError, AttributeError):
+        value = griffe.dynamic_import(obj.path)
+    except ImportError:
         return None
     doc = value.__dict__.get("__doc__") if isinstance(value, type) else None
     return inspect.cleandoc(doc) if doc else None
@@ -81,9 +75,7 @@ def _runtime_doc(obj: griffe.Object) -> str | None:
 
 def _comment_doc(obj: griffe.Object) -> str | None:
     """A public module constant's comment: on its line, else the comment lines right above it."""
-    if not (obj.is_attribute and obj.parent and obj.parent.is_module and obj.lineno):
-        return None
-    if obj.name.startswith("_"):
+    if not (obj.is_attribute and obj.parent.is_module and obj.lineno) or obj.name[0] == "_":
         return None
     lines = obj.module.lines
     own = lines[obj.lineno - 1].partition("  #")[2].strip()
