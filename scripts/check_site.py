@@ -42,20 +42,18 @@ PAGES = [
 SEARCH = ("weight decay", ("gradients_and_optim/", "api/optim/"))
 # Every code block and table wider than its column, or scrolling sideways, as laid out.
 WIDTHS = """() => {
-  const column = document.querySelector('.md-content__inner');
-  if (!column) return [];
-  const right = column.getBoundingClientRect().right + 1, wide = [];
+  const column = document.querySelector('.md-content__inner'), wide = [];
   const blocks = 'pre, pre > code, table, .md-typeset__scrollwrap, .jp-OutputArea-output';
-  for (const el of column.querySelectorAll(blocks)) {
+  for (const el of column ? column.querySelectorAll(blocks) : []) {
     const box = el.getBoundingClientRect();
-    if (!box.width) continue;  // not shown
     const scrolls = el.scrollWidth > el.clientWidth + 1 &&
       ['auto', 'scroll'].includes(getComputedStyle(el).overflowX);
     // the theme's table wrapper reaches into the margins on purpose: only its scrolling counts
-    const past = box.right > right && !el.classList.contains('md-typeset__scrollwrap');
-    if (scrolls || past) wide.push(`a ${el.tagName.toLowerCase()} ${Math.round(Math.max(
-      el.scrollWidth, box.width))} px wide in a ${Math.round(column.clientWidth)} px column: ` +
-      JSON.stringify(el.innerText.trim().slice(0, 60)));
+    const past = box.right > column.getBoundingClientRect().right + 1 &&
+      !el.classList.contains('md-typeset__scrollwrap');
+    if (box.width && (scrolls || past)) wide.push(`a ${el.tagName.toLowerCase()} ${Math.round(
+      Math.max(el.scrollWidth, box.width))} px wide in a ${Math.round(column.clientWidth)} px ` +
+      `column: ${JSON.stringify(el.innerText.trim().slice(0, 60))}`);
   }
   return wide;
 }"""

@@ -23,8 +23,7 @@ API_ORDER = ["models", "optim", "training", "state", "hoisting", "int8", "nn", "
 API_SKIP = {"cli"}  # the command line is documented by `shapeml --help`
 
 
-def front(boost: float) -> str:
-    """Front matter setting the page's rank in Material's search (guide and API 2, default 1)."""
+def front(boost: float) -> str:  # a page's rank in Material's search (guide and API 2, else 1)
     return f"---\nsearch:\n  boost: {boost}\n---\n\n"
 
 
@@ -115,20 +114,19 @@ def script_page(path: Path) -> str:
 def main() -> None:
     import mkdocs_gen_files
 
+    def write(src: str, text: str) -> None:
+        with mkdocs_gen_files.open(src, "w") as f:
+            f.write(text)
+
     nav = mkdocs_gen_files.Nav()
     for package in public_packages():
-        with mkdocs_gen_files.open(api_src(package), "w") as f:
-            f.write(api_page(package))
+        write(api_src(package), api_page(package))
         nav[package] = posixpath.basename(api_src(package))
-    with mkdocs_gen_files.open("api/SUMMARY.md", "w") as f:
-        f.writelines(nav.build_literate_nav())
-    for path in sorted((ROOT / "tutorials").glob("*.ipynb")):
-        with mkdocs_gen_files.open(f"tutorials/{path.name}", "w") as f:
-            f.write(notebook(path))
-    scripts = sorted((ROOT / "tutorials" / "solutions").glob("*.py"))
-    for path in scripts + sorted((ROOT / "examples").glob("*.py")):
-        with mkdocs_gen_files.open(path.relative_to(ROOT).with_suffix(".md").as_posix(), "w") as f:
-            f.write(script_page(path))
+    write("api/SUMMARY.md", "".join(nav.build_literate_nav()))
+    for path in ROOT.glob("tutorials/*.ipynb"):
+        write(f"tutorials/{path.name}", notebook(path))
+    for path in [*ROOT.glob("tutorials/solutions/*.py"), *ROOT.glob("examples/*.py")]:
+        write(path.relative_to(ROOT).with_suffix(".md").as_posix(), script_page(path))
 
 
 if __name__ == "<run_path>":  # run by mkdocs-gen-files; scripts/docs_hooks.py imports the rest

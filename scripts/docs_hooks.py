@@ -25,6 +25,7 @@ from pathlib import Path
 
 import docs_gen  # scripts/docs_gen.py: mkdocs puts this file's folder on the path to load it
 from markdown.extensions.toc import slugify
+from mkdocs.plugins import event_priority
 
 log = logging.getLogger("mkdocs.hooks.shapeml")
 ROOT = docs_gen.ROOT
@@ -47,8 +48,7 @@ def executed() -> set[str]:
 
 
 def on_config(config):
-    run = executed()
-    ignore = [f"*/tutorials/{stem}.ipynb" for stem in STEMS if stem not in run]
+    ignore = [f"*/tutorials/{stem}.ipynb" for stem in sorted(set(STEMS) - executed())]
     config.plugins["mkdocs-jupyter"].config["execute_ignore"] = ignore
     os.environ.pop("MPLBACKEND", None)  # the kernels inherit it: `Agg` would leave out the plots
     return config
@@ -56,8 +56,7 @@ def on_config(config):
 
 @functools.cache
 def api_names() -> dict[str, str]:
-    """Each way the guide writes a public name (`sm.shard`, `optim.adamw`, `adamw`) -> the
-    autorefs identifier of its entry; a name meaning two things (`param`) only qualified."""
+    """Each way a page writes a public name (`sm.shard`, `optim.adamw`, `adamw`) -> its entry."""
     found = collections.defaultdict(set)
     for package in docs_gen.public_packages():
         found[package].add(package)
@@ -142,9 +141,7 @@ def link_html(text: str, backlinks: bool) -> str:
         if code and parts[i + 1 : i + 2] == ["</code>"] and (found := resolve(parts[i])):
             parts[i - 1], parts[i + 1] = f"{ref(*found)}<code>", "</code></autoref>"
             continue
-        parts[i] = ERROR.sub(
-            lambda e: ref(codes[e[0]], codes[e[0]]) + e[0] + "</autoref>", parts[i]
-        )
+        parts[i] = ERROR.sub(lambda e: f"{ref(codes[e[0]], codes[e[0]])}{e[0]}</autoref>", parts[i])
     return "".join(parts)
 
 
@@ -175,10 +172,18 @@ def machine_paths(text: str) -> list[str]:
     return sorted(set(found))
 
 
+def _toc(items) -> list:
+    return [x for item in items for x in (item, *_toc(item.children))]
+
+
+@event_priority(50)  # before autorefs reads the table of contents
 def on_page_content(content: str, page, config, files) -> str:
     src = page.file.src_uri
     if src.startswith("tutorials/") and src.endswith(".ipynb"):
         content = scrub(content).replace('<script src=""> </script>', "")  # no MathJax loader
+        # mkdocs-jupyter slugs a heading with code in it differently in its table of contents
+        for item, heading in zip(_toc(page.toc), re.findall(r'<h[1-6] id="([^"]+)"', content)):
+            item.id = heading
         if Path(src).stem not in executed():
             content = QUICK_NOTE + content
     for path in machine_paths(content):  # a warning fails the strict build
