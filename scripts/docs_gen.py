@@ -9,6 +9,7 @@ as which pages exist follows from the package and from files outside docs/.
 
 from __future__ import annotations
 
+import functools
 import json
 import pkgutil
 import posixpath
@@ -37,6 +38,7 @@ def public_packages() -> list[str]:
     return ["shapeml", *(f"shapeml.{n}" for n in order)]
 
 
+@functools.cache
 def exported(package: str) -> dict[str, object]:
     """The names `package` exports (its `__all__`, else its public submodules) -> objects."""
     module = import_module(package)

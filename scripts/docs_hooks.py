@@ -105,15 +105,13 @@ def error_ids() -> dict[str, str]:
     return {m[2]: slugify(m[1], "-") for m in re.finditer(r"^## (([EW]\d{4})\b.*)$", text, re.M)}
 
 
-REPO_LINK = re.compile(
-    r"\]\(\.\./(tutorials/\w+\.ipynb|(?:tutorials/solutions|examples)/\w+)(\.py)?"
-)
+REPO_LINK = re.compile(r"\]\(\.\./((?:tutorials|examples)/[\w/]+?)(\.py|\.ipynb)\b")
 
 
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.generated_by:
         return markdown
-    return REPO_LINK.sub(lambda m: f"]({m[1]}{'.md' if m[2] else ''}", markdown)
+    return REPO_LINK.sub(lambda m: f"]({m[1]}{'.md' if m[2] == '.py' else m[2]}", markdown)
 
 
 TAG = re.compile(r"(<[^>]*>)")
@@ -168,7 +166,9 @@ def scrub(text: str) -> str:
 def machine_paths(text: str) -> list[str]:
     """Paths of the build machine, or of any home, temporary or build folder, in `text`."""
     folders = rf"{re.escape(str(ROOT))}|/(?:home|root|Users|work|tmp|var/tmp|private)/"
-    found = re.findall(rf"(?<![\w.~])(?:{folders})[\w.-]*|[\w.~/-]*/(?:site|dist)-packages", text)
+    found = re.findall(rf"(?<![\w.~])(?:{folders})[\w.-]*", text)
+    if "-packages" in text:  # a rare text: the pattern below is slow
+        found += re.findall(r"[\w.~/-]*/(?:site|dist)-packages", text)
     return sorted(set(found))
 
 

@@ -15,7 +15,6 @@ import griffe
 SECTION = re.compile(r"^(?P<indent> *)(?P<title>Example|Args|Arguments|Attributes|Raises):[ \t]*$")
 GROUPED = re.compile(r"^(?P<pad> *)(?P<names>\w+(?: *, *\w+)+)(?P<rest> *(?:\([^)]*\))? *:.*)$")
 COMMENT = re.compile(r"^\s*#\s?(?P<text>.*)$")
-TOOL_COMMENT = re.compile(r"^(noqa|type:|fmt:|pragma|pyright|mypy)")
 
 
 def _indent(line: str) -> int:
@@ -83,7 +82,7 @@ def _comment_doc(obj: griffe.Object) -> str | None:
     while not own and at >= 0 and (m := COMMENT.match(lines[at])):
         above.insert(0, m["text"])
         at -= 1
-    text = " ".join(x for x in ([own] if own else above) if x and not TOOL_COMMENT.match(x))
+    text = " ".join(x for x in ([own] if own else above) if x)
     return f"{text[:1].upper()}{text[1:]}" if text else None
 
 
