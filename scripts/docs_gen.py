@@ -2,7 +2,7 @@
 as which pages exist follows from the package and from files outside docs/.
 
 - `api/<name>.md` per public subpackage, rendered by mkdocstrings from its `__all__`, and their nav
-  `api/SUMMARY.md` (mkdocs-literate-nav); `sm.Model` is documented once, as `shapeml.models.Model`.
+  `api/SUMMARY.txt` (mkdocs-literate-nav); `sm.Model` is documented once, as `shapeml.models.Model`.
 - `tutorials/*.ipynb` (mkdocs-jupyter runs them there, in a scratch folder), links made site links;
   `tutorials/solutions/*.md`, `examples/*.md`: a page showing each solution and example script.
 """
@@ -124,7 +124,7 @@ def main() -> None:
     for package in public_packages():
         write(api_src(package), api_page(package))
         nav[package] = posixpath.basename(api_src(package))
-    write("api/SUMMARY.md", "".join(nav.build_literate_nav()))
+    write("api/SUMMARY.txt", "".join(nav.build_literate_nav()))
     for path in ROOT.glob("tutorials/*.ipynb"):
         write(f"tutorials/{path.name}", notebook(path))
     for path in [*ROOT.glob("tutorials/solutions/*.py"), *ROOT.glob("examples/*.py")]:
