@@ -1,14 +1,15 @@
-"""The documentation site: `mkdocs build --strict` passes, every page the site promises is there and
-every link in it resolves, the site links itself together (API names and error codes are links,
-every public object is documented), no page shows a path of the build machine, a tutorial's error
-cell shows at most 8 lines, and the pages work
-in a real browser (headless Chromium): no code block wider than its column at 1280 px, and search
+"""The documentation site: `mkdocs build --strict` passes (which also fails on a reference
+mkdocs-autorefs cannot resolve, a page left out of the nav, a build-machine path in a page),
+every page the site promises is there and every link in it resolves, API names and error codes
+are links and API entries link back, every public object is documented, and the pages work in a
+real browser (headless Chromium): no code block wider than its column at 1280 px, and search
 ranks the guide and the API first.
 
 Time budget: the build here executes one tutorial (`EXECUTED`, a short one with plots) and renders
-the others without outputs (`SHAPEML_DOCS_EXECUTE`, see scripts/mkdocs_hooks.py); under xdist the
+the others without outputs (`SHAPEML_DOCS_EXECUTE`, see scripts/docs_hooks.py); under xdist the
 workers share that one build. The full build, which executes every notebook, is `mkdocs build
---strict`; `tests/test_tutorials.py` runs and checks the notebooks themselves.
+--strict`; `tests/test_tutorials.py` runs and checks the notebooks themselves (their error cells
+included).
 
 Chromium: the browser tests skip without it on a workstation, and fail without it in CI (`CI` or
 `SHAPEML_CI` set: `.ci/run` sets `SHAPEML_CI` and installs Chromium first).
@@ -18,13 +19,12 @@ from __future__ import annotations
 
 import fcntl
 import html.parser
-import importlib
-import importlib.util
 import os
 import posixpath
 import re
 import subprocess
 import sys
+import types
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -35,8 +35,8 @@ pytest.importorskip("mkdocs", reason="the docs extra is not installed: pip insta
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 import check_site  # noqa: E402
-import docs_api  # noqa: E402
-import site_checks  # noqa: E402
+import docs_gen  # noqa: E402
+import docs_hooks  # noqa: E402
 
 # The one tutorial the test build executes: it has plots and runs in seconds.
 EXECUTED = "04_hoisting"
@@ -47,8 +47,8 @@ def _build(out: Path) -> None:
     env = dict(
         os.environ,
         SHAPEML_DOCS_EXECUTE=EXECUTED,
-        SHAPEML_DOCS_CACHE=str(out / "cache"),
-        NO_MKDOCS_2_WARNING="1",
+        NO_MKDOCS_2_WARNING="1",  # notices of the theme and of the plugins about MkDocs 2
+        DISABLE_MKDOCS_2_WARNING="true",
     )
     run = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out / "site")],
@@ -87,16 +87,22 @@ def test_every_guide_page_tutorial_and_api_page_is_built(site):
     for nb in sorted((ROOT / "tutorials").glob("*.ipynb")):
         assert _page(site, f"tutorials/{nb.name}").is_file(), f"{nb.name} was not rendered"
         assert _page(site, f"tutorials/solutions/{nb.stem}.md").is_file()
-    for package in docs_api.public_packages():
-        assert _page(site, docs_api.api_src(package)).is_file(), f"no API page for {package}"
+    for package in docs_gen.public_packages():
+        assert _page(site, docs_gen.api_src(package)).is_file(), f"no API page for {package}"
 
 
-def test_every_exported_name_is_documented_on_an_api_page(site):
-    """Each name in a public `__all__` has an entry (an anchor with its dotted name)."""
+def test_every_public_object_is_documented_on_an_api_page(site):
+    """Each name in a public `__all__` has an entry (an anchor with its dotted name) at its home
+    (`sm.Model` at `shapeml.models.Model`); mkdocstrings shows no object without a docstring."""
     missing = []
-    for name, (src, anchor) in docs_api.api_entries().items():
-        if f'id="{anchor}"' not in _page(site, src).read_text(encoding="utf-8"):
-            missing.append(f"{name}: no #{anchor} on {src}")
+    for package in docs_gen.public_packages():
+        for name, obj in docs_gen.exported(package).items():
+            if isinstance(obj, types.ModuleType):
+                continue  # a subpackage has a page of its own, a submodule its own section
+            anchor = docs_gen.home(package, name, obj)
+            src = docs_gen.api_src(anchor.rsplit(".", 1)[0])
+            if f'id="{anchor}"' not in _page(site, src).read_text(encoding="utf-8"):
+                missing.append(f"{package}.{name}: no #{anchor} on {src}: give it a docstring")
     assert not missing, "\n".join(missing)
 
 
@@ -154,36 +160,39 @@ def test_every_link_and_anchor_inside_the_site_resolves(site):
 
 
 def test_api_names_and_error_codes_are_links_and_api_entries_link_back(site):
-    problems = site_checks.unlinked_api_names(site) + site_checks.unlinked_error_codes(site)
-    assert not problems, "\n".join(problems[:40])
     guide = (site / "gradients_and_optim" / "index.html").read_text(encoding="utf-8")
-    assert 'class="sm-xref" href="../api/optim/#shapeml.optim.' in guide  # `optim.adamw(...)`
-    assert 'class="sm-code" href="../errors/#e' in guide  # `E1101`
+    link = 'class="autorefs autorefs-internal" href='
+    assert f'{link}"../api/optim/#shapeml.optim.' in guide  # `optim.adamw(...)`
+    assert f'{link}"../errors/#e' in guide  # `E1101`
     tutorial = (site / "tutorials" / EXECUTED / "index.html").read_text(encoding="utf-8")
+    assert f'{link}"../../api/hoisting/#shapeml.hoisting.hoist"' in tutorial  # `sm.hoist`
     stderr = 'jp-OutputArea-output" data-mime-type="application/vnd.jupyter.stderr"'
     traceback = tutorial.split(stderr, 1)[1][:20000]
-    assert 'class="sm-code" href="../../errors/#e' in traceback  # a code in a traceback
+    assert f'{link}"../../errors/#e' in traceback  # a code in a traceback
     api = (site / "api" / "optim" / "index.html").read_text(encoding="utf-8")
-    used = api.split('id="shapeml.optim.adamw"', 1)[1].split('class="sm-used-in"', 1)[1]
-    assert 'href="../../gradients_and_optim/#' in used.split("</p>", 1)[0]
+    entry = api.split('id="shapeml.optim.adamw"', 1)[1].split("doc-backlinks", 1)[1]
+    used_by = entry.split("</div>", 1)[0]  # the guide's and the tutorials' sections that use it
+    assert 'href="../../gradients_and_optim/#' in used_by and "../../tutorials/" in used_by
 
 
-def test_every_public_object_is_documented_and_api_pages_have_summary_tables(site):
-    problems = site_checks.undocumented_objects(site)
-    assert not problems, "\n".join(problems)
+def test_api_pages_have_summary_tables_and_errors_their_explanation(site):
     api = (site / "api" / "optim" / "index.html").read_text(encoding="utf-8")
-    themes = ["Optimizers", "Transforms and masks", "Schedules", "Optimizer checkpoints"]
-    assert [t for t in themes if f">{t}<a" in api] == themes, "themes missing or out of order"
-    cells = re.findall(r'<span class="api-summary">(.*?)</span>', api, re.S)
-    assert len(cells) >= 20 and all(c.strip() for c in cells), cells
+    assert 'id="shapeml.optim-classes"' in api and 'id="shapeml.optim-functions"' in api
+    rows = re.findall(r'<tr class="doc-section-item">.*?<p>(.*?)</p>', api, re.S)
+    assert len(rows) >= 20 and all(r.strip() for r in rows), rows
     errors = (site / "api" / "state" / "index.html").read_text(encoding="utf-8")
     entry = errors.split('id="shapeml.state.StateIndexError"', 1)[1][:4000]
     assert "(E1401)" in entry or "E1401</a>)" in entry, "an error class shows its explanation"
 
 
-def test_no_page_shows_a_build_machine_path_and_the_sitemap_lists_the_pages(site):
-    problems = site_checks.machine_paths(site) + site_checks.sitemap(site)
+def test_no_page_or_search_entry_shows_a_build_machine_path_and_the_sitemap_lists_pages(site):
+    """The strict build fails on a path in a page; the search index and sitemap come after it."""
+    problems = []
+    for path in [*site.glob("search/*.json"), site / "sitemap.xml"]:
+        problems += [f"{path.name}: {p}" for p in docs_hooks.machine_paths(path.read_text())]
     assert not problems, "\n".join(problems[:40])
+    urls = re.findall(r"<loc>([^<]+)</loc>", (site / "sitemap.xml").read_text(encoding="utf-8"))
+    assert len(urls) > 20 and all("://" in u for u in urls), urls[:5]
 
 
 # Starting Chromium forks a process that also runs JAX's threads; an at-fork hook of another
@@ -204,10 +213,10 @@ def _chromium() -> None:
 @_FORK_NOISE
 def test_the_site_works_in_headless_chromium(site):
     _chromium()
-    pages = [p for p in check_site.PAGES if p.name in ("home", "api")]  # the others: screenshots
+    pages = [p for p in check_site.PAGES if p.name in ("home", "api")]  # the home page searches
     pages.append(check_site.Page("tutorial", f"tutorials/{EXECUTED}/", "sm.hoist", min_plots=1))
-    results = check_site.check_site(site, Path(SHOTS) if SHOTS else None, pages=pages)
-    problems = [f"{r.name} ({r.url}): {p}" for r in results for p in r.problems]
+    found = check_site.check_site(site, pages=pages)
+    problems = [f"{name}: {p}" for name, problems in found.items() for p in problems]
     assert not problems, "\n".join(problems)
 
 
@@ -229,89 +238,44 @@ def test_the_browser_check_catches_a_blank_page_a_broken_image_and_a_console_err
         f"{text}<pre><code style='overflow: auto; display: block'>{wide}</code></pre>"
         "</div></body></html>"
     )
-    results = check_site.check_site(tmp_path, pages=pages)
-    found = {r.name: " | ".join(r.problems) for r in results}
+    found = {k: " | ".join(v) for k, v in check_site.check_site(tmp_path, pages=pages).items()}
     assert "blank" in found["blank"]
     assert "image did not load" in found["img"] and "missing.png" in found["img"]
     assert "console.error: boom" in found["err"] and "undefinedFn" in found["err"]
     assert "wide/: a code" in found["widths"] and "600 px column" in found["widths"]
 
 
-def test_the_html_checks_catch_unlinked_names_and_codes_paths_and_undocumented_objects(tmp_path):
-    def page(path: str, body: str) -> None:
-        (tmp_path / path).mkdir(parents=True, exist_ok=True)
-        article = f'<article class="md-content__inner md-typeset">{body}</article>'
-        (tmp_path / path / "index.html").write_text(f"<html><body>{article}</body></html>")
-
-    page("guide", "<p>Place it with <code>sm.shard</code> (<a href='x'><code>sm.load</code></a>)."
-         " Raises E0901; <a href='e'>E0902</a>. Saved in /tmp/run-1/m.safetensors.</p>")  # fmt: skip
-    page("api/foo", '<h3 id="shapeml.foo">foo</h3><div class="doc doc-contents first"></div>')
-    names = site_checks.unlinked_api_names(tmp_path)
-    assert names == ["guide/index.html: `sm.shard` names an API object, no link"], names
-    codes = site_checks.unlinked_error_codes(tmp_path, codes={"E0901", "E0902"})
-    assert codes == ["guide/index.html: E0901 is not a link to the error index"], codes
-    assert "/tmp/run-1/" in " ".join(site_checks.machine_paths(tmp_path))
-    entries = {"shapeml.foo": ("api/foo.md", "shapeml.foo")}
-    assert site_checks.undocumented_objects(tmp_path, entries) == [
-        "shapeml.foo (api/foo.md) has no documentation: give it a docstring"
-    ]
-    (tmp_path / "sitemap.xml").write_text("<urlset></urlset>")
-    assert "lists no page" in site_checks.sitemap(tmp_path)[0]
+def test_the_hooks_link_names_and_codes_and_scrub_and_find_build_machine_paths():
+    assert docs_hooks.resolve("sm.shard(m, mesh, rules)")[0] == "shapeml.sharding.shard"
+    assert docs_hooks.resolve("optim.adamw")[0] == "shapeml.optim.adamw"
+    assert docs_hooks.resolve("Model.init") == ("shapeml.models.Model.init", "shapeml.models.Model")
+    assert docs_hooks.resolve("hoist") is None and docs_hooks.resolve("m.w_h") is None
+    html = docs_hooks.link_html('<h2 id="s">S</h2><p><code>sm.save</code> raises E0901</p>', True)
+    assert '<autoref identifier="shapeml.models.save"' in html and 'backlink-anchor="s"' in html
+    assert ">E0901</autoref>" in html
+    text = "Saved in /tmp/run-1/m.safetensors; see /home/me/x.py"
+    assert docs_hooks.machine_paths(text) == ["/home/me", "/tmp/run-1"]
+    assert "m.safetensors" in docs_hooks.scrub(text) and "/tmp" not in docs_hooks.scrub(text)
 
 
-def test_the_executed_tutorials_error_cells_are_short_and_show_no_path(site):
-    """The error cells of the tutorial the test build executes, as the site shows them: at most
-    `check_site.ERROR_CELL_LINES` lines each, no path of the build machine. (Every tutorial's
-    error cells get the same check on the runs of tests/test_tutorials.py, rendered the same way,
-    so the notebooks run once.)"""
-    page = (site / "tutorials" / EXECUTED / "index.html").read_text(encoding="utf-8")
-    assert "celltag_raises-exception" in page and "application/vnd.jupyter.stderr" in page
-    problems = check_site.tutorial_error_cells(site)
-    assert not problems, "\n".join(problems)
+def test_the_nav_is_docs_index_sections_then_the_generated_api_pages():
+    """mkdocs.yml's nav lists the pages docs/index.md links, in its order (the strict build fails
+    on a page left out); the API pages and their nav are generated (scripts/docs_gen.py)."""
+    import yaml
 
+    class Loader(yaml.SafeLoader):  # mkdocs.yml's `!ENV` tags
+        pass
 
-def test_the_error_cell_check_catches_a_long_traceback_and_a_path(tmp_path):
-    """`check_site.tutorial_error_cells`, on a made-up page."""
-    cell = (
-        '<div class="jp-Cell jp-CodeCell jp-Notebook-cell celltag_raises-exception" id="c">'
-        '<div class="jp-InputPrompt jp-InputArea-prompt">In&nbsp;[3]:</div>'
-        '<div class="jp-RenderedText jp-OutputArea-output" '
-        'data-mime-type="application/vnd.jupyter.stderr"><pre>{}</pre></div></div>'
-    )
-    long = "\n".join(f"frame {i}" for i in range(12))
-    short = "ValueError: [E0901] bad\n  File /home/me/x.py:3"
-    (tmp_path / "tutorials" / "01_x").mkdir(parents=True)
-    (tmp_path / "tutorials" / "01_x" / "index.html").write_text(
-        cell.format(long) + cell.format(short).replace("[3]", "[4]")
-    )
-    found = check_site.tutorial_error_cells(tmp_path)
-    assert found[0] == "01_x, cell In [3]: 12 lines of error output: 'frame 0'", found
-    assert len(found) == 2 and found[1].startswith("01_x, cell In [4]: a build-machine path")
-
-
-def test_the_nav_is_the_guide_index_then_a_page_per_public_subpackage():
-    from mkdocs.config import load_config
-
-    config = load_config(str(ROOT / "mkdocs.yml"))
-    config = config.plugins.on_config(config)
-    sections = {title: pages for item in config.nav for title, pages in item.items()}
-    titles = list(sections)  # docs/index.md's sections may add more (e.g. examples)
-    assert titles[:3] == ["Home", "Tutorials", "Guide"] and titles[-1] == "API reference", titles
-    in_nav = {page for pages in list(sections.values())[1:-1] for page in pages}
-    for page in sorted((ROOT / "docs").glob("*.md")):
-        assert page.name == "index.md" or page.name in in_nav, (
-            f"docs/{page.name} is not linked from a `## ` section of docs/index.md: the site's "
-            "nav is built from those sections"
-        )
-    notebooks = sorted(f"tutorials/{p.name}" for p in (ROOT / "tutorials").glob("*.ipynb"))
-    assert sections["Tutorials"] == notebooks  # docs/index.md lists them in order
-    assert "errors.md" in sections["Guide"]
-    api = [name for page in sections["API reference"] for name in page]
-    must = ["shapeml", "shapeml.optim", "shapeml.state", "shapeml.hoisting", "shapeml.int8"]
-    must += ["shapeml.training", "shapeml.testing", "shapeml.data"]
-    assert api[0] == "shapeml" and set(must) <= set(api), api
-    for optional in ("shapeml.nn", "shapeml.sharding"):  # a page as soon as the package exists
-        assert (optional in api) == (importlib.util.find_spec(optional) is not None)
+    Loader.add_constructor("!ENV", lambda loader, node: None)
+    config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
+    nav = {title: pages for item in config["nav"] for title, pages in item.items()}
+    assert list(nav) == ["Home", "Tutorials", "Guide", "Examples", "API reference"], list(nav)
+    assert nav["API reference"] == "api/"
+    index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    notebooks = re.findall(r"\]\(\.\./(tutorials/\d\d_\w+\.ipynb)\)", index)
+    assert nav["Tutorials"] == notebooks == sorted(notebooks)
+    linked = re.findall(r"\]\((\w+\.md)\)", index.split("## Conventions", 1)[0])
+    assert nav["Guide"] + nav["Examples"] == list(dict.fromkeys(linked)), "docs/index.md's order"
 
 
 def test_ci_installs_chromium_and_marks_itself_before_the_tests():

@@ -4,9 +4,9 @@ A cell that demonstrates an error carries the `raises-exception` cell tag and a 
 `# expect: E0901`; the run fails if that cell raises nothing or an error with another code. A cell
 whose first line is `# expect: W1101` (a warning) must run without error and print that code on
 stderr. Notebooks are stored with their outputs cleared, so diffs stay readable. The error cells'
-outputs of each run are rendered as the documentation site renders them and checked by the site's
-check (`scripts/check_site.py`: at most 8 lines, no path of the build machine), so every
-tutorial's error display is checked without running the notebooks a second time.
+outputs of each run are checked as the documentation site shows them (at most 8 lines, no path of
+the build machine once scripts/docs_hooks.py scrubbed them), so every tutorial's error display is
+checked without running the notebooks a second time.
 
 A notebook's size knobs (training steps, timed calls) sit in one cell tagged `parameters`, the
 papermill convention. The suite runs the notebooks quick: it inserts a cell right after that one
@@ -159,23 +159,50 @@ def _execute(nb, cwd: Path) -> list[str]:
     return problems
 
 
-def _error_cell_problems(nb, name: str, out: Path) -> list[str]:
-    """`check_site.tutorial_error_cells` on executed notebook `nb`'s error cells, rendered as the
-    site renders them (scrubbed by `docs_paths`, through mkdocs-jupyter)."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import check_site
-    import docs_paths
-    from mkdocs_jupyter.nbconvert2 import nb2html
+# The most lines of error output an error cell may show: the coded message and its fix, not a stack.
+ERROR_CELL_LINES = 8
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
-    cells = [c for c in nb.cells if RAISES in _tags(c)]
-    small = nbformat.v4.new_notebook(cells=cells, metadata=nb.metadata)
-    docs_paths.scrub_notebook(small, ROOT)
-    nbformat.write(small, out / f"{name}.ipynb")
-    page = out / "site" / "tutorials" / name / "index.html"
-    page.parent.mkdir(parents=True)
-    page.write_text(nb2html(str(out / f"{name}.ipynb")), encoding="utf-8")
-    assert page.read_text(encoding="utf-8").count("application/vnd.jupyter.stderr") >= len(cells)
-    return check_site.tutorial_error_cells(out / "site")
+
+def _error_cell_problems(nb) -> list[str]:
+    """Executed notebook `nb`'s error cells, as the site shows them: at most `ERROR_CELL_LINES`
+    lines of error output each, and no path of the build machine once the site scrubbed them
+    (scripts/docs_hooks.py)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import docs_hooks
+
+    problems = []
+    for i, cell in enumerate(nb.cells):
+        for out in cell.outputs if RAISES in _tags(cell) else []:
+            text = "\n".join(out.get("traceback", [])) or out.get("text", "")
+            if out.output_type == "stream" and out.name != "stderr":
+                continue
+            lines = ANSI.sub("", text).strip("\n").splitlines()
+            if len(lines) > ERROR_CELL_LINES:
+                first = next((x for x in lines if x.strip(" -")), "")[:60]
+                problems.append(f"cell {i}: {len(lines)} lines of error output: {first!r}")
+            for path in docs_hooks.machine_paths(docs_hooks.scrub(ANSI.sub("", text))):
+                problems.append(f"cell {i}: a build-machine path: {path}")
+    return problems
+
+
+def test_the_error_cell_check_catches_a_long_traceback_and_a_path():
+    def cell(outputs):
+        return nbformat.v4.new_code_cell(
+            "# expect: E0901", metadata={"tags": [RAISES]}, outputs=outputs
+        )
+
+    long = nbformat.v4.new_output(
+        "error", ename="E", evalue="x", traceback=[f"frame {i}" for i in range(12)]
+    )
+    short = nbformat.v4.new_output(
+        "stream", name="stderr", text="[E0901] bad\n  in /home/me/x.py:3"
+    )
+    found = _error_cell_problems(nbformat.v4.new_notebook(cells=[cell([long]), cell([short])]))
+    assert found == [
+        "cell 0: 12 lines of error output: 'frame 0'",
+        "cell 1: a build-machine path: /home/me",
+    ], found
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -184,7 +211,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     nb = _quick(nbformat.read(path, as_version=4), path.stem)
     (tmp_path / "run").mkdir()
     problems = _execute(nb, tmp_path / "run")
-    problems += _error_cell_problems(nb, path.stem, tmp_path)
+    problems += _error_cell_problems(nb)
     assert not problems, f"{path.name}:\n" + "\n".join(problems)
 
 
