@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from ._traceback import api_boundary
+
 __all__ = ["CPU_DEVICES_ENV", "CpuDevices", "configure", "cpu_devices"]
 
 CPU_DEVICES_ENV = "SHAPEML_CPU_DEVICES"
@@ -35,6 +37,7 @@ _PROCESSES_ENV = "SHAPEML_PROCESSES"
 _MAX_DEFAULT = 8  # past a few devices, the all-reduce of every gradient costs more than it saves
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class CpuDevices:
     """What `import shapeml` decided about the CPU devices.
@@ -94,6 +97,7 @@ def configure() -> CpuDevices:
     return decision
 
 
+@api_boundary
 def cpu_devices() -> CpuDevices:
     """What `import shapeml` decided: how many CPU devices it asked for (or None), and why.
 

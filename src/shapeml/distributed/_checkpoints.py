@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from .._errors import ArgumentError, ArgumentTypeError
 from .._file_errors import NonFiniteError
 from .._safetensors_format import allowed_nonfinite, names_text
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Model
 from ..models._introspect import tensors
@@ -54,6 +55,7 @@ def orbax() -> Any:
     return ocp
 
 
+@api_boundary
 class CheckpointManager:
     """Sharded checkpoints in a directory, one per step, the last `keep` kept.
 

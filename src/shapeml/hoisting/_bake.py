@@ -13,11 +13,13 @@ from collections.abc import Callable
 from typing import Any
 
 from .._compile_cache import Signature
+from .._traceback import api_boundary
 from ._hoist import Hoisted, check_options
 from ._prepared import Run
 from ._report import HoistReport
 
 
+@api_boundary
 class Baked:
     """`f` with its weights bound and their weight-only work done. See `bake`."""
 
@@ -50,6 +52,7 @@ class Baked:
         return self._hoisted.report()
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def bake(f: Callable, model: Any, *, max_prepared_bytes: int | None = None) -> Baked:
     """Binds `model` as `f`'s weights and folds the weight-only work: returns `g(*inputs)`.

@@ -26,6 +26,7 @@ from .._compile_cache import is_array
 from .._file_errors import NonFiniteError
 from .._files import FileAccessError, FolderMissingError, as_path, write_safetensors
 from .._safetensors_format import names_text, nonfinite
+from .._traceback import api_boundary
 from .._validate import integer, shorten
 from .._version import __version__
 from ._errors import ExportError
@@ -37,6 +38,7 @@ VERSION = "1"
 _MIN_QUANT_SIZE = 1024
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def export(
     f: Callable,
