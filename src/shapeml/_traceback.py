@@ -142,9 +142,15 @@ def _member(member):
         if parts == [member.fget, member.fset]:
             return member
         return property(*parts, member.fdel, member.__doc__)
-    if isinstance(member, types.FunctionType) and not member.__code__.co_filename.startswith("<"):
-        return api_boundary(member)  # (not a dataclass's generated `__init__`, `__setattr__`)
+    if isinstance(member, types.FunctionType) and not _generated(member):
+        return api_boundary(member)
     return member
+
+
+def _generated(fn) -> bool:
+    """Whether `fn` is code no file holds: a dataclass's generated `__init__` or `__setattr__`."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is None or code.co_filename.startswith("<")
 
 
 def _leaving(e: Exception) -> None:
