@@ -331,8 +331,8 @@ def _entry_points():
     from shapeml._traceback import _DUNDERS
 
     def functions(member):
-        if isinstance(member, (staticmethod, classmethod)):
-            return [member.__func__]
+        if not isinstance(member, types.FunctionType) and hasattr(member, "__func__"):
+            return [member.__func__]  # a class or static method, a method binding of shapeml's
         if isinstance(member, property):
             return [f for f in (member.fget, member.fset) if f is not None]
         if not isinstance(member, types.FunctionType):

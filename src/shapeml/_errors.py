@@ -155,6 +155,8 @@ class ShapemlError(_Coded, Exception):
     code: ClassVar[str] = "E0000"
     title: ClassVar[str] = "shapeml error"
     _kind: ClassVar[str] = "error"
+    # Shown with the user's frames only once it leaves the public API (`_traceback`).
+    __shapeml_error__: ClassVar[bool] = True
 
 
 class ShapemlWarning(_Coded, UserWarning):

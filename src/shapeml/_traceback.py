@@ -123,12 +123,13 @@ class _ModuleMethod:
     """
 
     def __init__(self, fn):
+        self.__func__ = fn
         functools.update_wrapper(self, fn)  # name, docs and the boundary's mark
 
     def __get__(self, obj, cls=None):
         if obj is None:
-            return self.__wrapped__
-        return jax.tree_util.Partial(self.__wrapped__, obj)
+            return self.__func__
+        return jax.tree_util.Partial(self.__func__, obj)
 
 
 def _member(member):
@@ -137,6 +138,10 @@ def _member(member):
     if isinstance(member, (staticmethod, classmethod)):  # around a function or a cached one
         fn = api_boundary(member.__func__)
         return member if fn is member.__func__ else type(member)(fn)
+    inner = getattr(member, "__func__", None)
+    if isinstance(inner, types.FunctionType) and not isinstance(member, types.MethodType):
+        member.__func__ = api_boundary(inner)  # a binding descriptor of shapeml's own
+        return member
     if isinstance(member, property):
         parts = [_member(f) if f is not None else None for f in (member.fget, member.fset)]
         if parts == [member.fget, member.fset]:
@@ -155,10 +160,9 @@ def _generated(fn) -> bool:
 
 def _leaving(e: Exception) -> None:
     """At a boundary's `except`: a shapeml error leaving the outermost boundary keeps the user's
-    frames only, and loses the exceptions chained inside shapeml and the libraries below it."""
-    from ._errors import ShapemlError  # here: `_errors` decorates its entry points with this file's
-
-    if not isinstance(e, ShapemlError) or not filtering():
+    frames only, and loses the exceptions chained inside shapeml and the libraries below it.
+    (`ShapemlError` marks itself `__shapeml_error__`: `_errors` is built on this file.)"""
+    if not getattr(type(e), "__shapeml_error__", False) or not filtering():
         return
     if _under_another_boundary(sys._getframe(2)):  # the boundary's caller, and up
         return  # the outermost boundary filters, once, what every boundary below it added
