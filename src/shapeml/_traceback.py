@@ -43,7 +43,7 @@ _LIBRARIES = (
 # Frames of code that no file holds, which are never the user's: beartype's checking wrappers and
 # the import system's frozen modules. (`<string>` and `<stdin>` can be the user's, so they stay.)
 _GENERATED = ("<@beartype(", "<frozen ")
-_CALL = "api_boundary_call"  # the name of every boundary's frame (see `_under_another_boundary`)
+_CALL = "api_boundary_call"  # the name of every boundary's frame (see `_outermost`)
 # Methods of a class that are entry points besides its public ones (`m.W`, `m.w = x`, `step(...)`).
 _DUNDERS = frozenset(
     {"__init__", "__call__", "__getattr__", "__setattr__", "__delattr__", "__getitem__",
@@ -129,7 +129,9 @@ class _ModuleMethod:
     def __get__(self, obj, cls=None):
         if obj is None:
             return self.__func__
-        return jax.tree_util.Partial(self.__func__, obj)
+        bound = jax.tree_util.Partial(self.__func__, obj)
+        bound.__doc__ = self.__doc__  # `help(m.method)` shows the method's documentation
+        return bound
 
 
 def _member(member):
@@ -164,7 +166,7 @@ def _leaving(e: Exception) -> None:
     (`ShapemlError` marks itself `__shapeml_error__`: `_errors` is built on this file.)"""
     if not getattr(type(e), "__shapeml_error__", False) or not filtering():
         return
-    if _under_another_boundary(sys._getframe(2)):  # the boundary's caller, and up
+    if not _outermost():
         return  # the outermost boundary filters, once, what every boundary below it added
     e.with_traceback(user_traceback(e.__traceback__))
     _cut_internal_chain(e)
@@ -175,14 +177,17 @@ def _leaving(e: Exception) -> None:
             del e.__notes__
 
 
-def _under_another_boundary(frame: types.FrameType | None) -> bool:
-    here = _leaving.__code__.co_filename
+def _outermost() -> bool:
+    """Whether one boundary's frame only is on the stack: the one an error is leaving."""
+    here, seen = _leaving.__code__.co_filename, 0
+    frame = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
-        if code.co_name == _CALL and code.co_filename == here:
-            return True
+        seen += code.co_name == _CALL and code.co_filename == here
+        if seen > 1:
+            return False
         frame = frame.f_back
-    return False
+    return True
 
 
 def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
