@@ -247,7 +247,10 @@ def check_widths(browser: Browser, base: str, paths: list[str], tabs: int = 4) -
     return problems
 
 
-ERROR_CELL_LINES = 8
+# IPython's own display of an error: its heading, each frame (all the notebook's cells: shapeml's
+# are gone at its API boundary) with a few lines around it, the coded message. The longest
+# tutorial cell (07's E1803, three cells deep) shows 18.
+ERROR_CELL_LINES = 20
 STDERR = re.compile(
     r'<div class="jp-RenderedText jp-OutputArea-output" data-mime-type="application/vnd\.'
     r'jupyter\.stderr"[^>]*>\s*<pre>(.*?)</pre>',

@@ -1,7 +1,7 @@
 """The documentation site: `mkdocs build --strict` passes, every page the site promises is there and
 every link in it resolves, the site links itself together (API names and error codes are links,
 every public object is documented), no page shows a path of the build machine, a tutorial's error
-cell shows at most 8 lines, and the pages work
+cell shows at most `check_site.ERROR_CELL_LINES` lines, and the pages work
 in a real browser (headless Chromium): no code block wider than its column at 1280 px, and search
 ranks the guide and the API first.
 
@@ -278,14 +278,14 @@ def test_the_error_cell_check_catches_a_long_traceback_and_a_path(tmp_path):
         '<div class="jp-RenderedText jp-OutputArea-output" '
         'data-mime-type="application/vnd.jupyter.stderr"><pre>{}</pre></div></div>'
     )
-    long = "\n".join(f"frame {i}" for i in range(12))
+    long = "\n".join(f"frame {i}" for i in range(30))
     short = "ValueError: [E0901] bad\n  File /home/me/x.py:3"
     (tmp_path / "tutorials" / "01_x").mkdir(parents=True)
     (tmp_path / "tutorials" / "01_x" / "index.html").write_text(
         cell.format(long) + cell.format(short).replace("[3]", "[4]")
     )
     found = check_site.tutorial_error_cells(tmp_path)
-    assert found[0] == "01_x, cell In [3]: 12 lines of error output: 'frame 0'", found
+    assert found[0] == "01_x, cell In [3]: 30 lines of error output: 'frame 0'", found
     assert len(found) == 2 and found[1].startswith("01_x, cell In [4]: a build-machine path")
 
 

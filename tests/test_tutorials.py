@@ -5,7 +5,7 @@ A cell that demonstrates an error carries the `raises-exception` cell tag and a 
 whose first line is `# expect: W1101` (a warning) must run without error and print that code on
 stderr. Notebooks are stored with their outputs cleared, so diffs stay readable. The error cells'
 outputs of each run are rendered as the documentation site renders them and checked by the site's
-check (`scripts/check_site.py`: at most 8 lines, no path of the build machine), so every
+check (`scripts/check_site.py`: at most `ERROR_CELL_LINES` lines, no path of the build machine), so every
 tutorial's error display is checked without running the notebooks a second time.
 
 A notebook's size knobs (training steps, timed calls) sit in one cell tagged `parameters`, the
