@@ -3,7 +3,8 @@
 A subsystem declares its own codes next to the code that raises them, by subclassing
 `ShapemlError` (or `ShapemlWarning`) with `code=`, `title=` and `explanation=`, and is listed in
 `CODE_MODULES`; the registry, filled from that list, is what `shapeml explain CODE` and the error
-index in `docs/errors.md` read. A shapeml error shows with the user's frames only (`_traceback`).
+index in `docs/errors.md` read. A shapeml error shows with the user's frames only: the public entry
+points are API boundaries (`_traceback`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import importlib
 from collections.abc import Iterable
 from typing import ClassVar
 
-from . import _traceback
+from ._traceback import api_boundary
 
 __all__ = [
     "ArgumentError",
@@ -153,18 +154,8 @@ class ShapemlError(_Coded, Exception):
     code: ClassVar[str] = "E0000"
     title: ClassVar[str] = "shapeml error"
     _kind: ClassVar[str] = "error"
-
-    @property
-    def _render_traceback_(self):
-        """IPython's hook for an exception's own display: the user's frames and the message.
-        Absent with `SHAPEML_TRACEBACK_FILTERING=off`, so IPython shows its full traceback."""
-        if not _traceback.filtering():
-            raise AttributeError("_render_traceback_")
-        return lambda: _traceback.ipython_lines(self)
-
-
-# An uncaught shapeml error in a script prints with the user's frames only (see `_traceback`).
-_traceback.install_excepthook(lambda e: isinstance(e, ShapemlError))
+    # Shown with the user's frames only once it leaves the public API (`_traceback`).
+    __shapeml_error__: ClassVar[bool] = True
 
 
 class ShapemlWarning(_Coded, UserWarning):
@@ -241,6 +232,7 @@ def registry() -> dict[str, Explanation]:
     return dict(sorted(_REGISTRY.items()))
 
 
+@api_boundary
 def explain(code: str) -> Explanation:
     """The long explanation of an error or warning code, e.g. `sm.explain("E0901")`.
 

@@ -20,6 +20,7 @@ import numpy as np
 from . import _jax_internals as jxi
 from ._dead_params import check_reads, scalar_loss
 from ._errors import ArgumentTypeError, ShapemlError, similar
+from ._traceback import api_boundary
 from ._validate import instance, shorten
 from .models import Model
 from .models._introspect import param_mask
@@ -88,6 +89,7 @@ def split_params(m: Model) -> tuple[Model, Model]:
     return eqx.partition(m, param_mask(m))
 
 
+@api_boundary
 class Grad(eqx.Module):
     """The gradient of a loss with respect to a model's params: `Grad[Spotter]`.
 
@@ -236,6 +238,7 @@ def _rebuild(model_class: type, tree) -> Grad:
     return Grad[model_class](tree)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def norm(g: Grad) -> jax.Array:
     """The global L2 norm of a gradient: the norm of all its values together."""
@@ -248,6 +251,7 @@ def _global_norm(leaves: list[jax.Array]) -> jax.Array:
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in leaves))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs):
     """Calls `f(m, *args, **kwargs)` and returns `(value, g)`, g a `Grad[type(m)]`.
@@ -292,6 +296,7 @@ def value_and_grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs
     return ((value, aux[0]) if has_aux else value), Grad[type(m)](tree)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def grad(f: Callable, m: Model, *args, has_aux: bool = False, **kwargs):
     """Like `value_and_grad`, returning the `Grad[M]` alone (or `(g, aux)` with `has_aux`)."""

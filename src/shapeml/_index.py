@@ -28,6 +28,7 @@ from jax.experimental import checkify
 
 from . import _jax_internals as jxi
 from ._errors import ShapemlError
+from ._traceback import api_boundary
 from ._validate import shorten
 
 __all__ = [
@@ -104,6 +105,7 @@ def checked_before_step():
         _CHECKED_BEFORE_STEP.reset(token)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class span:  # noqa: N801 - reads like a slice constructor
     """A slice of static length `size` starting at `start`, which may be a per-call value.
@@ -205,6 +207,7 @@ class Check:
         return in_bounds(self.index, self.size, self.extent)
 
 
+@api_boundary
 class IndexChecks:
     """An explicit list of traced index checks, for a caller that acts on them itself.
 
@@ -265,6 +268,7 @@ def _traced_int_scalar(idx) -> bool:
     return isinstance(dtype, np.dtype) and dtype.kind in "iu"
 
 
+@api_boundary
 def check_index(
     idx,
     size: int,

@@ -20,11 +20,13 @@ from jaxtyping import Array, Bool, Int, Shaped
 
 from ._index import check_index
 from ._state_errors import StateWriteError, allocate_zeros
+from ._traceback import api_boundary
 from ._validate import held_dtype, instance, integer, numeric_dtype, shorten
 
 __all__ = ["KVCache"]
 
 
+@api_boundary
 class KVCache(eqx.Module):
     """Keys and values of `ctx` positions for each of `layers` layers.
 

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ._errors import ArgumentError
+from ._traceback import api_boundary
 from ._validate import choice, real
 
 __all__ = ["LossScale", "Precision", "precision_of"]
@@ -30,6 +31,7 @@ class LossScale(typing.NamedTuple):
     good: jax.Array  # int32 []
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class Precision:
     """Mixed precision: float32 params, `compute` activations and matmuls, float32 loss.

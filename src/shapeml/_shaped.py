@@ -23,7 +23,7 @@ from jaxtyping import Shaped, jaxtyped
 from ._array_like import widen, widened_function
 from ._errors import ArgumentTypeError, ShapemlError
 from ._shape_report import first_mismatch, named_in_violation, return_mismatch, signature_text
-from ._traceback import filtering
+from ._traceback import api_boundary
 from ._validate import shorten
 from .models import Model
 from .models._checks import dims_str
@@ -127,6 +127,7 @@ def _without_jaxtyping_hook(fn):
     return inspect.unwrap(fn, stop=lambda f: not _is_jaxtyping_wrapper(f))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def shaped(fn: F) -> F:
     """Checks `fn`'s jaxtyping annotations on every Python-level call, model dims bound.
@@ -183,7 +184,6 @@ def shaped(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        __tracebackhide__ = True
         try:
             bound = sig.bind(*args, **kwargs).arguments
         except TypeError as e:  # checked before beartype or the function see the call
@@ -213,13 +213,14 @@ def shaped(fn: F) -> F:
                 f"`{qual}`: {problem}",
                 fix="pass arrays shaped as the annotation says"
                 + (f" ({_dims_text(models)})" if models else ""),
-            ) from (None if filtering() else e)
+            ) from e  # shown with SHAPEML_TRACEBACK_FILTERING=off; else the boundary cuts it
         except BeartypeException as e:  # e.g. a string annotation naming no importable type
             raise ShapedAnnotationError(
                 f"`{qual}`: {_first_paragraphs(str(e), 300)}",
                 fix="define the names its annotations use at module level",
             ) from None
 
+    wrapper = api_boundary(wrapper)  # a checked call is an entry point: its errors show short
     wrapper.__shaped__ = True
     return wrapper  # type: ignore[return-value]
 

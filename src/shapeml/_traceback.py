@@ -1,34 +1,58 @@
-"""Short tracebacks for shapeml's errors: the user's frames and the coded message, nothing else.
+"""Short tracebacks for shapeml's errors: the public entry points are API boundaries, as JAX's are.
 
 A shapeml error's message names what was wrong and says the fix, so its traceback needs only the
-frames of the user's code: shapeml's own frames, those of the libraries it is built on (the
-checker frames `@sm.shaped` adds, equinox's, JAX's) and the exceptions chained inside shapeml are
-left out, as JAX leaves out its own (`jax._src.traceback_util`). This happens where a traceback is
-shown: an uncaught error in a script (`sys.excepthook`, which shapeml wraps on import and which
-passes every other exception on unchanged) and a notebook or IPython cell (the error's
-`_render_traceback_`, IPython's hook for an exception's own display). The exception object itself
-is never changed.
+user's frames. Every public function and class is decorated with `api_boundary` (the pattern of
+`jax._src.traceback_util.api_boundary`): when a `ShapemlError` leaves the outermost boundary, its
+`__traceback__` is rebuilt without the frames of shapeml and of the libraries between the user's
+call and the raise (the checker frames `@sm.shaped` adds, equinox's, JAX's, optax's, ...), and the
+exceptions chained inside them are cut off. The user's frames stay, their callbacks (a loss
+shapeml calls) included. Scripts, IPython, Jupyter and pytest then all show the short form, with
+no process hook: the exception itself is short. Until an error passes, a boundary costs one
+Python call (a `try` block is free in Python 3.11); nested boundaries leave the work to the
+outermost one.
 
-`SHAPEML_TRACEBACK_FILTERING=off` (read each time a traceback is shown) shows everything: every
-frame and every chained exception, as Python and IPython print them.
+`SHAPEML_TRACEBACK_FILTERING=off`, read when an error passes a boundary, leaves every frame and
+every chained exception in place.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
-import traceback
+import sysconfig
 import types
-from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["ENV", "filtering", "install_excepthook", "ipython_lines", "user_traceback"]
+import equinox as eqx
+import jax
+
+__all__ = ["ENV", "api_boundary", "filtering", "is_boundary", "user_traceback"]
+
+T = TypeVar("T")
 
 ENV = "SHAPEML_TRACEBACK_FILTERING"
 _OFF = ("off", "0", "false", "no", "all")
-# shapeml and the libraries whose frames sit between a user's call and shapeml's raise.
-_BELOW = ("beartype", "jaxtyping", "equinox", "jax", "jaxlib", "optax", "safetensors")
-_SHAPEML = str(Path(__file__).resolve().parent)
+# The libraries whose frames can sit between a user's call into shapeml and shapeml's raise.
+_LIBRARIES = (
+    "beartype", "jaxtyping", "equinox", "jax", "jaxlib", "optax", "safetensors", "numpy",
+    "ml_dtypes", "orbax",
+)  # fmt: skip
+# Frames of code that no file holds, which are never the user's: beartype's checking wrappers and
+# the import system's frozen modules. (`<string>` and `<stdin>` can be the user's, so they stay.)
+_GENERATED = ("<@beartype(", "<frozen ")
+_CALL = "api_boundary_call"  # the name of every boundary's frame (see `_outermost`)
+# Methods of a class that are entry points besides its public ones (`m.W`, `m.w = x`, `step(...)`).
+_DUNDERS = frozenset(
+    {"__init__", "__call__", "__getattr__", "__setattr__", "__delattr__", "__getitem__",
+     "__setitem__", "__enter__", "__exit__", "__class_getitem__", "__add__", "__radd__",
+     "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__neg__"}
+)  # fmt: skip
+# The note a JAX API boundary inside shapeml's adds (JAX's `quiet_remove_frames` mode): it would
+# point at JAX's switch, while the frames it speaks of are gone by shapeml's.
+_JAX_NOTE = "For simplicity, JAX has removed its internal frames"
 
 
 def filtering() -> bool:
@@ -36,92 +60,200 @@ def filtering() -> bool:
     return os.environ.get(ENV, "").strip().lower() not in _OFF
 
 
-def _roots(extra: tuple[str, ...]) -> tuple[str, ...]:
-    """The folders whose frames are not the user's: shapeml's and each loaded library's."""
-    roots = [_SHAPEML]
-    for name in (*_BELOW, *extra):
-        module = sys.modules.get(name)
-        path = getattr(module, "__file__", None)
-        if path:
-            roots.append(str(Path(path).resolve().parent))
-    return tuple(roots)
+def api_boundary(obj: T) -> T:
+    """Makes a public function, or every public method of a class, an API boundary.
+
+    On a function: a wrapper that calls it and, when a `ShapemlError` leaves the outermost
+    boundary, rebuilds the error's traceback from the user's frames (`user_traceback`) and
+    re-raises it with a bare `raise`, which adds no frame of its own. On a class: each method,
+    class method, static method and property defined in its body whose name is public (or
+    `__init__`, `__call__`, `__getattr__`, `__setattr__`, ...), replaced by its boundary in place;
+    subclasses inherit them. Applying it twice changes nothing.
+    """
+    if isinstance(obj, type):
+        module = issubclass(obj, eqx.Module)
+        for name, member in list(vars(obj).items()):
+            if name.startswith("_") and name not in _DUNDERS:
+                continue
+            wrapped = _member(member)
+            if module and not name.startswith("_") and isinstance(wrapped, types.FunctionType):
+                wrapped = _ModuleMethod(wrapped)
+            if wrapped is not member:
+                setattr(obj, name, wrapped)
+        return obj
+    if is_boundary(obj) or not callable(obj):
+        return obj
+    fn = obj
+
+    if inspect.isgeneratorfunction(fn):  # its body runs as it is iterated
+
+        @functools.wraps(fn)
+        def api_boundary_call(*args, **kwargs):
+            try:
+                return (yield from fn(*args, **kwargs))
+            except Exception as e:
+                _leaving(e)
+                raise
+
+    else:
+
+        @functools.wraps(fn)
+        def api_boundary_call(*args, **kwargs):
+            try:
+                return fn(*args, **kwargs)
+            except Exception as e:
+                _leaving(e)
+                raise  # bare: the traceback set in `_leaving`, and no entry for this frame
+
+    api_boundary_call.__shapeml_boundary__ = True
+    return api_boundary_call  # type: ignore[return-value]
 
 
-def _hidden(frame: types.FrameType, roots: tuple[str, ...]) -> bool:
-    filename = frame.f_code.co_filename
-    if filename.startswith("<@beartype("):  # the checking wrapper beartype generates
-        return True
-    if frame.f_locals.get("__tracebackhide__"):  # IPython's and pytest's mark (JAX sets it too)
-        return True
-    path = os.path.realpath(filename) if os.path.isabs(filename) else filename
-    return any(path == r or path.startswith(r + os.sep) for r in roots)
+def is_boundary(obj) -> bool:
+    """Whether `obj` is a function `api_boundary` made (a method's boundary included)."""
+    return getattr(obj, "__shapeml_boundary__", False) is True
 
 
-def user_traceback(
-    tb: types.TracebackType | None, extra: tuple[str, ...] = ()
-) -> types.TracebackType | None:
-    """`tb` without the frames of shapeml and the libraries below it (and of the packages named
-    in `extra`); `tb` itself when no frame is left (then there is no user's frame to show)."""
-    roots = _roots(extra)
+class _ModuleMethod:
+    """A public method of an equinox module, bound as a `jax.tree_util.Partial`.
+
+    Equinox binds `m.method` to a pytree whose `__call__` is a Python frame of its own, above the
+    boundary, so it would stay in every traceback; a `Partial` is a pytree too (`jax.jit` and
+    `eqx.filter_jit` take `m.method` as before), and its call adds no Python frame.
+    """
+
+    def __init__(self, fn):
+        self.__func__ = fn
+        functools.update_wrapper(self, fn)  # name, docs and the boundary's mark
+
+    def __get__(self, obj, cls=None):
+        if obj is None:
+            return self.__func__
+        bound = jax.tree_util.Partial(self.__func__, obj)
+        bound.__doc__ = self.__doc__  # `help(m.method)` shows the method's documentation
+        return bound
+
+
+def _member(member):
+    """A class body's `member` as a boundary: functions and the functions inside a class method,
+    a static method or a property; anything else (a constant, a nested class) as it is."""
+    if isinstance(member, (staticmethod, classmethod)):  # around a function or a cached one
+        fn = api_boundary(member.__func__)
+        return member if fn is member.__func__ else type(member)(fn)
+    inner = getattr(member, "__func__", None)
+    if isinstance(inner, types.FunctionType) and not isinstance(member, types.MethodType):
+        member.__func__ = api_boundary(inner)  # a binding descriptor of shapeml's own
+        return member
+    if isinstance(member, property):
+        parts = [_member(f) if f is not None else None for f in (member.fget, member.fset)]
+        if parts == [member.fget, member.fset]:
+            return member
+        return property(*parts, member.fdel, member.__doc__)
+    if isinstance(member, types.FunctionType) and not _generated(member):
+        return api_boundary(member)
+    return member
+
+
+def _generated(fn) -> bool:
+    """Whether `fn` is code no file holds: a dataclass's generated `__init__` or `__setattr__`."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return code is None or code.co_filename.startswith("<")
+
+
+def _leaving(e: Exception) -> None:
+    """At a boundary's `except`: a shapeml error leaving the outermost boundary keeps the user's
+    frames only, and loses the exceptions chained inside shapeml and the libraries below it.
+    (`ShapemlError` marks itself `__shapeml_error__`: `_errors` is built on this file.)"""
+    if not getattr(type(e), "__shapeml_error__", False) or not filtering():
+        return
+    if not _outermost():
+        return  # the outermost boundary filters, once, what every boundary below it added
+    e.with_traceback(user_traceback(e.__traceback__))
+    _cut_internal_chain(e)
+    notes = getattr(e, "__notes__", None)
+    if isinstance(notes, list):
+        notes[:] = [n for n in notes if not (isinstance(n, str) and _JAX_NOTE in n)]
+        if not notes:
+            del e.__notes__
+
+
+def _outermost() -> bool:
+    """Whether one boundary's frame only is on the stack: the one an error is leaving."""
+    here, seen = _leaving.__code__.co_filename, 0
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        seen += code.co_name == _CALL and code.co_filename == here
+        if seen > 1:
+            return False
+        frame = frame.f_back
+    return True
+
+
+def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """`tb` without the frames of shapeml, of the libraries it is built on and of Python's own
+    modules: the user's frames, in order (None when there is none)."""
     kept = []
-    entry = tb
-    while entry is not None:
-        if not _hidden(entry.tb_frame, roots):
-            kept.append(entry)
-        entry = entry.tb_next
-    if not kept:
-        return tb
+    while tb is not None:
+        if not _hidden(tb.tb_frame.f_code.co_filename):
+            kept.append(tb)
+        tb = tb.tb_next
     out = None
     for entry in reversed(kept):
         out = types.TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return out
 
 
-def _exception_lines(e: BaseException) -> list[str]:
-    """`Name: message` and the exception's notes, as Python prints them (without the module)."""
-    lines = f"{type(e).__name__}: {e}".splitlines()
-    notes = getattr(e, "__notes__", None)
-    if isinstance(notes, (list, tuple)):
-        lines += [line for note in notes for line in str(note).splitlines()]
-    return lines
+def _cut_internal_chain(e: BaseException) -> None:
+    """Cuts the chain of `e` at the first exception raised and handled inside shapeml and the
+    libraries below it (a beartype violation a shape check turned into E1001); an exception of
+    the user's code on the way (their callback's) stays, with its user frames only."""
+    seen = {id(e)}
+    while True:
+        linked = e.__cause__ if e.__cause__ is not None else e.__context__
+        if linked is None or (e.__cause__ is None and e.__suppress_context__) or id(linked) in seen:
+            return
+        seen.add(id(linked))
+        tb = user_traceback(linked.__traceback__)
+        if tb is None:
+            e.__cause__ = None
+            e.__suppress_context__ = True
+            return
+        linked.with_traceback(tb)
+        e = linked
 
 
-def ipython_lines(e: BaseException) -> list[str]:
-    """What a notebook or IPython shows for shapeml error `e`: its user's frames, most recent
-    last, a cell named as IPython names it (`Cell In[3], line 2`, never the kernel's temporary
-    file), and the message."""
-    tb = user_traceback(e.__traceback__, extra=("IPython", "ipykernel"))
-    try:
-        shell = sys.modules["IPython"].get_ipython()
-        name_of = shell.compile.format_code_name
-    except (KeyError, AttributeError):
-        name_of = lambda filename: None  # noqa: E731 - not in IPython: plain file names
-    lines = []  # no "Traceback" heading: a cell's error shows under the cell, the frames in order
-    for frame in traceback.extract_tb(tb):
-        cell = name_of(frame.filename)
-        where = f"{cell[0]} {cell[1]}" if cell else f'File "{frame.filename}"'
-        func = "" if frame.name == "<module>" else f", in {frame.name}"
-        lines.append(f"  {where}, line {frame.lineno}{func}")
-        if frame.line:
-            lines.append(f"    {frame.line.strip()}")
-    name, *rest = _exception_lines(e)
-    return [*lines, f"\x1b[31m{name.split(':', 1)[0]}\x1b[0m:{name.split(':', 1)[1]}", *rest]
+@functools.lru_cache(maxsize=4096)
+def _hidden(filename: str) -> bool:
+    """Whether code of `filename` is not the user's: shapeml's, a library's, Python's own."""
+    if filename.startswith(_GENERATED):
+        return True
+    if filename.startswith("<"):
+        return False
+    path = os.path.realpath(filename)
+    stdlib, sites = _python_folders()
+    if not any(_inside(path, site) for site in sites) and any(_inside(path, s) for s in stdlib):
+        return True
+    return any(_inside(path, root) for root in _roots())
 
 
-def install_excepthook(short: Callable[[BaseException], bool]) -> None:
-    """Wraps `sys.excepthook` once: an uncaught exception for which `short(e)` holds prints with
-    its user's frames only and no chained exception; anything else goes to the previous hook."""
-    previous = sys.excepthook
-    if getattr(previous, "__shapeml__", False):
-        return
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder + os.sep)
 
-    def excepthook(etype, value, tb):
-        if not (filtering() and short(value)):
-            return previous(etype, value, tb)
-        tb = user_traceback(tb)
-        if previous is not sys.__excepthook__:  # another library's hook (a crash reporter)
-            return previous(etype, value, tb)
-        traceback.print_exception(etype, value, tb, chain=False, file=sys.stderr)
 
-    excepthook.__shapeml__ = True
-    sys.excepthook = excepthook
+def _roots() -> list[str]:
+    """shapeml's folder and the imported libraries' (a library counts once it is imported)."""
+    roots = [os.path.realpath(Path(__file__).parent)]
+    for name in _LIBRARIES:
+        module = sys.modules.get(name)
+        for folder in getattr(module, "__path__", None) or ():  # namespace packages included
+            roots.append(os.path.realpath(folder))
+    return roots
+
+
+@functools.cache
+def _python_folders() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Python's standard library, and the `site-packages` folders (which may lie inside it)."""
+    paths = sysconfig.get_paths()
+    real = lambda *keys: tuple({os.path.realpath(paths[k]) for k in keys})  # noqa: E731
+    return real("stdlib", "platstdlib"), real("purelib", "platlib")

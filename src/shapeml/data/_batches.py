@@ -8,11 +8,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from .._errors import ArgumentError, ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 
 __all__ = ["batches"]
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def batches(
     *arrays: np.ndarray,

@@ -10,6 +10,7 @@ import typing
 
 import numpy as np
 
+from .._traceback import api_boundary
 from .._validate import integer
 
 __all__ = ["CLASSES", "MAX_IMAGES", "SIZE", "draw"]
@@ -22,6 +23,7 @@ SIZE = 16
 MAX_IMAGES = 2**16
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def draw(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Draws `n` labelled images, the same ones for the same seed.

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentError, ArgumentTypeError
 from .._io import NonFiniteError, allowed_nonfinite, names_text
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Model
 from ..models._introspect import tensors
@@ -53,6 +54,7 @@ def orbax() -> Any:
     return ocp
 
 
+@api_boundary
 class CheckpointManager:
     """Sharded checkpoints in a directory, one per step, the last `keep` kept.
 

@@ -14,6 +14,7 @@ import os
 import jax
 
 from .. import _jax_internals as jxi
+from .._traceback import api_boundary
 from .._validate import integer
 from ._errors import InitializeError
 
@@ -24,6 +25,7 @@ ENV_PROCESSES = "SHAPEML_PROCESSES"  # how many processes the job has
 ENV_PROCESS_ID = "SHAPEML_PROCESS_ID"  # this process's index, 0..processes-1
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class ProcessInfo:
     """Where this process stands in its job.
@@ -78,6 +80,7 @@ def _info(source: str) -> ProcessInfo:
     )  # fmt: skip
 
 
+@api_boundary
 def initialize(
     *, timeout: int = 300, heartbeat_timeout: int = 100, shutdown_timeout: int = 30
 ) -> ProcessInfo:

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import ArgumentError
+from .._traceback import api_boundary
 from .._validate import integer, real
 from ._errors import LaunchError
 from ._init import ENV_COORDINATOR, ENV_PROCESS_ID, ENV_PROCESSES
@@ -117,6 +118,7 @@ def _dying_with_parent(command: list[str]) -> list[str]:
     return [sys.executable, "-c", _DIE_WITH_PARENT, *command]
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def launch(
     command: Sequence[str],

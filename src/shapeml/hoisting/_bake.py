@@ -14,10 +14,12 @@ from typing import Any
 
 import jax
 
+from .._traceback import api_boundary
 from ._hoist import Hoisted, check_options
 from ._report import HoistReport
 
 
+@api_boundary
 class Baked:
     """`f` with its weights bound and their weight-only work done. See `bake`."""
 
@@ -39,6 +41,7 @@ class Baked:
         return self._hoisted.report()
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def bake(f: Callable, model: Any, *, max_prepared_bytes: int | None = None) -> Baked:
     """Binds `model` as `f`'s weights and folds the weight-only work: returns `g(*inputs)`.

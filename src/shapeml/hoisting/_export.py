@@ -31,6 +31,7 @@ from .._io import (
     nonfinite,
     write_safetensors,
 )
+from .._traceback import api_boundary
 from .._validate import integer, shorten
 from .._version import __version__
 from ._errors import ExportError
@@ -43,6 +44,7 @@ VERSION = "1"
 _MIN_QUANT_SIZE = 1024
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def export(
     f: Callable,

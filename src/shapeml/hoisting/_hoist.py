@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from .. import _jax_internals as ji
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ._errors import HoistArgumentError, MutableWeightsError, NotTracedError
 from ._inputs import Traced, input_error
@@ -73,6 +74,7 @@ def check_options(
     return tuple(sorted({int(i) for i in items})), max_prepared_bytes, cut_broadcasts, cache_size
 
 
+@api_boundary
 class Hoisted:
     """A function whose weight-only work runs once per set of weight arrays. See `hoist`."""
 
@@ -289,6 +291,7 @@ class Hoisted:
         self._last = None
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def hoist(
     f: Callable | None = None,

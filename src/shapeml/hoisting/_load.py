@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._io import read_safetensors
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._errors import ArtifactCorruptError, ArtifactMismatchError, ExportedInputError
 from ._export import FORMAT, VERSION, digest
@@ -35,6 +36,7 @@ _DTYPES = frozenset(
 _MAX_INPUTS = 100_000
 
 
+@api_boundary
 class Exported:
     """A loaded artifact: call it with the inputs (any batch size along the symbolic axis)."""
 
@@ -126,6 +128,7 @@ def _check_input(name: str, x, aval, sizes: dict[str, tuple[int, str]]):
     return x
 
 
+@api_boundary
 @typing.no_type_check  # validates its argument itself, with coded errors
 def load_exported(path: str | os.PathLike) -> Exported:
     """Loads a file written by `sm.export`; returns a callable of the inputs.

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 
+from .._traceback import api_boundary
 from ._split import Boundary, Split
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class HoistReport:
     """What was moved out of the per-call path.

@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Any
 
 from .. import _jax_internals as ji
+from .._traceback import api_boundary
 
 # Ops that only lay out an existing tensor: a broadcast seen through them is still a broadcast.
 _LAYOUT_OPS = frozenset({"reshape", "squeeze", "expand_dims", "transpose", "broadcast_in_dim"})
@@ -19,6 +20,7 @@ _LAYOUT_OPS = frozenset({"reshape", "squeeze", "expand_dims", "transpose", "broa
 _EXPANDING_OPS = frozenset({"broadcast_in_dim", "iota"})
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class Boundary:
     """One tensor handed from prepare to main.

@@ -16,6 +16,7 @@ import numpy as np
 from jax import lax
 
 from .._kvcache import KVCache
+from .._traceback import api_boundary
 from ._cache import init_cache
 from ._numerics import REQUANT_POINTS, requant_jax
 
@@ -31,6 +32,7 @@ def _mv(x: jax.Array, w: jax.Array) -> jax.Array:
     return lax.dot_general(x, w, (((0,), (0,)), ((), ())), preferred_element_type=jnp.int32)
 
 
+@api_boundary
 def project(
     x: jax.Array, w: jax.Array, pair: jax.Array | np.ndarray, axis: str | None = None
 ) -> tuple[jax.Array, jax.Array]:
@@ -52,6 +54,7 @@ def project(
     return acc, requant_jax(acc, pair[0], pair[1])
 
 
+@api_boundary
 def step(
     m,
     tok: jax.Array,
@@ -126,6 +129,7 @@ def step(
     return r
 
 
+@api_boundary
 def generate_loop(
     m,
     buf: jax.Array,

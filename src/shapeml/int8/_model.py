@@ -23,6 +23,7 @@ from jaxtyping import Array, Int8, Int32
 
 from .._io import atomic_write
 from .._kvcache import KVCache
+from .._traceback import api_boundary
 from ..models import Dims, Model, buffer, full, ones, static, zeros
 from . import _cache, _checks, _programs, _reference, _tp
 from ._json import read_json, to_dict
@@ -51,6 +52,7 @@ class _host_method:  # noqa: N801 - used as a decorator, like `property`
         return self.__func__ if obj is None else functools.partial(self.__func__, obj)
 
 
+@api_boundary
 class Int8Model(Model):
     """A one-layer decoder-only transformer that runs on integers only, as an `sm.Model`.
 

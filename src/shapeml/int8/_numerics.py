@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .._traceback import api_boundary
 from .._validate import integer, real
 
 __all__ = [
@@ -39,6 +40,7 @@ EXP_TABLE_MAX = 32767  # entries fit int16, so (254 + ctx) * entry stays far bel
 REQUANT_POINTS = ("q", "k", "v", "score", "attn", "wo", "res1", "w1", "w2", "res2")
 
 
+@api_boundary
 def requant(x, m: int, s: int) -> np.ndarray:
     """The requant rule on the host: `clip((x*m + 2**(s-1)) >> s, -128, 127)` in int64.
 
@@ -55,6 +57,7 @@ def requant(x, m: int, s: int) -> np.ndarray:
     return np.clip(y, -128, 127).astype(np.int8)
 
 
+@api_boundary
 def requant_jax(
     x: jax.Array, m: int | np.integer | jax.Array, s: int | np.integer | jax.Array
 ) -> jax.Array:
@@ -79,6 +82,7 @@ def requant_jax(
         return jnp.clip(y, -128, 127).astype(jnp.int8)
 
 
+@api_boundary
 def requant_pair(scale: Any, *, max_shift: Any = 40) -> tuple[int, int]:
     """The fixed-point pair `(M, S)` of a positive real `scale` (docs/int8.md, "Quantization").
 
@@ -104,6 +108,7 @@ def requant_pair(scale: Any, *, max_shift: Any = 40) -> tuple[int, int]:
     return max(1, m), s
 
 
+@api_boundary
 def exp_table(step: Any, *, length: Any = 128, one: Any = EXP_TABLE_MAX) -> list[int]:
     """`table[i] = floor(one * exp(-i * step) + 0.5)`: the softmax weight of a score `i` table steps
     below the row maximum. Non-increasing, starts at `one`, at most 128 entries.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 import numpy as np
 
+from .._traceback import api_boundary
 from ._checks import check_pos, check_prompt, check_rows, check_token
 from ._numerics import requant
 from ._tokenizer import IntLike, TokenIds
@@ -17,6 +18,7 @@ from ._tokenizer import IntLike, TokenIds
 __all__ = ["reference_generate", "reference_step"]
 
 
+@api_boundary
 def reference_step(
     m, tok: IntLike, pos: IntLike, k_cache: np.ndarray, v_cache: np.ndarray
 ) -> dict[str, np.ndarray]:
@@ -94,6 +96,7 @@ def _step(m, tok: int, pos: int, k_cache: np.ndarray, v_cache: np.ndarray):
     return r
 
 
+@api_boundary
 def reference_generate(m, prompt: TokenIds, n: IntLike) -> tuple[list[int], list[int]]:
     """Greedy decoding with the reference, one step per fed token.
 

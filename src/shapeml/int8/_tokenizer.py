@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ._errors import Int8FileError, Int8TokenError, Int8VocabularyError
 
@@ -77,6 +78,7 @@ def check_vocabulary(tokens: Any) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class Tokenizer:
     """The strings a model's token ids spell, and the two conversions.

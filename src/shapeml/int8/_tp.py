@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .._kvcache import KVCache
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..sharding import field_plans, partition_spec, partition_specs, shardings
 from ..sharding import make_mesh as sharding_make_mesh
@@ -54,6 +55,7 @@ _OWNS = {"H": "heads", "F": "FFN columns"}  # what a device owns a share of, by 
 _CACHE_SPEC = partition_spec(KVCache.AXES, RULES)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class TensorPlacement:
     """Where one tensor lives: its full shape, split axis (None: replicated) and per-device slices."""
@@ -66,6 +68,7 @@ class TensorPlacement:
     role: str
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class TpManifest:
     """Where every tensor of a tp-way split lives, and which sums are all-reduced."""
@@ -143,6 +146,7 @@ def _put(x, sharding: NamedSharding):
     return x if getattr(x, "sharding", None) == sharding else jax.device_put(x, sharding)
 
 
+@api_boundary
 def place(tree, mesh: Mesh):
     """A model or KVCache with each leaf on the mesh as `specs` says (a no-op when already so).
 
@@ -207,6 +211,7 @@ def _split_model(m):
     return eqx.partition(m, lambda x: isinstance(x, jax.Array))
 
 
+@api_boundary
 def tp_step(mesh: Mesh, *, project: Projection = project):
     """`(model, tok, pos, cache) -> (logits, next, cache)`, the step split over `mesh`, to jit
     (model and cache placed as `place` does); `project` as for `step`."""
@@ -229,6 +234,7 @@ def tp_step(mesh: Mesh, *, project: Projection = project):
     return run
 
 
+@api_boundary
 def tp_generate(mesh: Mesh, *, project: Projection = project):
     """`(model, buf, plen, steps) -> (buf, preds, cache)`, `generate_loop` split over `mesh`, to
     jit; `project` as for `step`."""

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError
 from .._io import FileFormatError, FileMissingError, read_safetensors, write_safetensors
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._checks import statics_of
 from ._dims import Dims
@@ -83,6 +84,7 @@ CheckpointFileError = FileFormatError
 CheckpointMissingError = FileMissingError
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def save(
     path: str | os.PathLike, m: Model, *, allow_nonfinite: bool | Collection[str] = False

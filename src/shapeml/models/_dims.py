@@ -10,6 +10,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._errors import ArgumentError, ArgumentTypeError, ShapemlError, similar
+from .._traceback import api_boundary
 from .._validate import integer, shorten
 from ._dim_expr import MAX_DIM, ExprError, compute, names
 
@@ -119,6 +120,7 @@ def evaluate(expr: str | int, values: Mapping[str, int], where: str = "dim expre
         raise DimsError(str(e), fix=e.fix) from None
 
 
+@api_boundary
 class Dims(Mapping[str, int]):
     """Named dims of a model: free dims are numbers, derived dims are expression strings.
 

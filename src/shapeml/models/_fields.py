@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import ShapemlError
+from .._traceback import api_boundary
 from ._dims import evaluate
 from ._mapped import Mapped
 
@@ -118,6 +119,7 @@ def _declare(spec: FieldSpec):
     return dataclasses.field(metadata={_KEY: spec})
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def param(
     init: Callable, *, dtype: Any = None, decay: bool = True, when: str | Mapping | None = None
@@ -146,6 +148,7 @@ def param(
     return _declare(FieldSpec("param", init=init, dtype=dtype, decay=decay, when=_when(when)))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def buffer(init: Callable, *, dtype: Any = None, when: str | Mapping | None = None):
     """Declares a tensor saved with the model but never trained (running statistics, masks).
@@ -197,6 +200,7 @@ def _as_mapped(kind: str, model: Any, names_and_options: Mapping[str, Any]) -> M
     return model.of(**names_and_options) if names_and_options else Mapped(model)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def submodel(model: type | Mapped, /, **dims_and_options: Any):
     """Declares one sub-model.
@@ -212,6 +216,7 @@ def submodel(model: type | Mapped, /, **dims_and_options: Any):
     return _declare(FieldSpec("submodel", model=mapped.model, mapped=mapped))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def submodels(
     model: type | Mapped,
@@ -256,6 +261,7 @@ def submodels(
     return _declare(spec)
 
 
+@api_boundary
 def static(default: Any = dataclasses.MISSING):
     """Declares static configuration: a value that is not a tensor (a vocabulary, a flag).
 

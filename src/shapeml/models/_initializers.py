@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import real, shorten
 
 __all__ = ["Initializer", "draw_flat", "full", "normal", "ones", "uniform", "zeros"]
@@ -39,6 +40,7 @@ def draw_flat(sample, key: jax.Array, shape: tuple[int, ...], dtype, **kwargs) -
     return sample(key, (math.prod(shape),), dtype, **kwargs).reshape(shape)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True, repr=False)
 class _Full(Initializer):
     value: float | int | bool
@@ -88,6 +90,7 @@ ones = _Full(1, name="ones")
 """Initializes every element to 1 (any dtype)."""
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def full(value: float | int | bool) -> Initializer:
     """Initializes every element to `value`."""
@@ -99,6 +102,7 @@ def full(value: float | int | bool) -> Initializer:
     return _Full(value)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def normal(mean: float | int = 0.0, std: float | int = 1.0) -> Initializer:
     """Draws from a normal distribution with this mean and standard deviation (floats only)."""
@@ -107,6 +111,7 @@ def normal(mean: float | int = 0.0, std: float | int = 1.0) -> Initializer:
     return _Normal(mean, std)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def uniform(lo: float | int = 0.0, hi: float | int = 1.0) -> Initializer:
     """Draws uniformly from `[lo, hi)` (floats only)."""

@@ -9,6 +9,7 @@ from typing import Any
 import jax
 
 from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._checks import statics_of
 from ._fields import FieldSpec
@@ -70,12 +71,14 @@ def tensors(m: Model) -> dict[str, tuple[str, jax.Array]]:
     return {name: (spec.kind, value) for name, spec, value in _walk(m)}
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def params(m: Model) -> dict[str, jax.Array]:
     """The trained tensors of `m`, by dotted name (`blocks.0.w1`)."""
     return {name: v for name, spec, v in _walk(_model("params", m)) if spec.kind == "param"}
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def buffers(m: Model) -> dict[str, jax.Array]:
     """The saved-but-not-trained tensors of `m`, by dotted name."""
@@ -90,6 +93,7 @@ def decays(m: Model) -> dict[str, bool]:
     return {name: spec.decay for name, spec, _ in _walk(m, split=False) if spec.kind == "param"}
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def count_params(m: Model) -> int:
     """How many numbers `m`'s params hold (buffers excluded)."""

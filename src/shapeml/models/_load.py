@@ -8,6 +8,7 @@ import typing
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from .._traceback import api_boundary
 from ._checkpoint import CheckpointError, build_model, model_from_arrays, read_model_file
 from ._entries import first_problems
 from ._introspect import statics, tensors
@@ -26,6 +27,7 @@ from ._partial import (
 __all__ = ["load", "partial_model_from_arrays", "whole_report"]
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def load(
     path: str | os.PathLike,

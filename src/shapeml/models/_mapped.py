@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import ShapemlError, similar
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._dims import Dims, DimsError, DimsOverrideError, evaluate, names_in
 from ._statics import check_static
@@ -26,6 +27,7 @@ from ._statics import check_static
 __all__ = ["Mapped", "child_dims", "map_model"]
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True, repr=False)
 class Mapped:
     """A model class as a parent declares it: some dims mapped, some options set.

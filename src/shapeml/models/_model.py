@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError, similar
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._annotations import read_declarations
 from ._checks import check_fields, dims_str, key_of, statics_of
@@ -107,7 +108,15 @@ class _DimsAccess:
         return obj._dims
 
 
-class Model(eqx.Module):
+class _ModelType(type(eqx.Module)):
+    """`Model`'s metaclass, equinox's with its call an API boundary: an error building a model
+    (`Head(dims=..., W=...)`) shows without the frame equinox's metaclass adds around `__init__`."""
+
+    __call__ = api_boundary(type(eqx.Module).__call__)
+
+
+@api_boundary
+class Model(eqx.Module, metaclass=_ModelType):
     """Base class of shapeml models: subclass it, declare `dims` and fields.
 
     Example:

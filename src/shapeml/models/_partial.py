@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from .._errors import ArgumentError, ShapemlWarning, similar
+from .._traceback import api_boundary
 from .._validate import choice, instance
 from ._checks import key_of, statics_of
 from ._mapped import child_dims
@@ -89,6 +90,7 @@ def load_policy(missing, unexpected, mismatched, seed, like) -> LoadPolicy:
     return LoadPolicy(missing, unexpected, mismatched, seed)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class LoadReport:
     """What a partial load did, by dotted name (`str(report)` is the summary the warning shows).

@@ -16,6 +16,7 @@ from jaxtyping import Array, Bool, Float, Int
 from .._index import check_index
 from .._kvcache import KVCache
 from .._shaped import shaped
+from .._traceback import api_boundary
 from ..models import Dims, normal, param, static, submodel
 from ._errors import LayerDimsError, LayerInputError, LayerOptionError
 from ._layer import Layer
@@ -27,6 +28,7 @@ __all__ = ["MultiHeadAttention"]
 _POSITIONS = ("none", "rotary", "learned")
 
 
+@api_boundary
 class MultiHeadAttention(Layer):
     """Multi-head self-attention, `[b t D] -> [b t D]`.
 

@@ -12,6 +12,7 @@ from jaxtyping import Array, Float
 
 from .._errors import ArgumentTypeError
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import real
 from ..models import Dims, Model, buffer, ones, param, static, zeros
 from ..models._introspect import param_mask
@@ -21,6 +22,7 @@ from ._layer import Layer
 __all__ = ["BatchNorm", "take_buffers"]
 
 
+@api_boundary
 class BatchNorm(Layer):
     """Batch normalization over every axis but the channels (axis 1): `[b C]`, `[b C h w]`, ...
 
@@ -107,6 +109,7 @@ class BatchNorm(Layer):
         return y.astype(x.dtype), m
 
 
+@api_boundary
 def take_buffers(m: Model, source: Model) -> Model:
     """`m` with every buffer (at any depth) taken from `source`, its params kept.
 

@@ -11,6 +11,7 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Dims, param, static, zeros
 from ._errors import LayerInputError, LayerOptionError
@@ -46,6 +47,7 @@ def out_size(owner: str, n: int, window: int, stride: int, padding: int, axis: s
     return (n + 2 * padding - window) // stride + 1
 
 
+@api_boundary
 class Conv2d(Layer):
     """`y[b, o] = sum_i w[o, i] * x[b, i] + b[o]`, `K x K` windows (cross-correlation, as in
     PyTorch), channels first.

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, PRNGKeyArray
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from ..models import static
 from ._errors import LayerOptionError
 from ._layer import Layer
@@ -18,6 +19,7 @@ from ._layer import Layer
 __all__ = ["Dropout"]
 
 
+@api_boundary
 class Dropout(Layer):
     """Dropout with a rate in `[0, 1)` (option `rate`, default 0.1); it has no fields to train.
 

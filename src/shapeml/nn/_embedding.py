@@ -12,6 +12,7 @@ from jaxtyping import Array, Float, Int
 
 from .. import _jax_internals as jxi
 from .._shaped import shaped
+from .._traceback import api_boundary
 from ..models import Dims, param
 from ._dense import dense
 from ._errors import LayerInputError
@@ -21,6 +22,7 @@ from ._layer import Layer
 __all__ = ["Embedding"]
 
 
+@api_boundary
 class Embedding(Layer):
     """A lookup table: `w [V D]`, drawn with `nn.fan_in(axes=(1,))` (std `1 / sqrt(D)`).
 

@@ -8,6 +8,7 @@ import math
 import jax
 
 from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import choice, integer, real, shorten
 from ..models._initializers import Initializer, draw_flat
 
@@ -38,6 +39,7 @@ class _FanIn(Initializer):
         return f"fan_in({', '.join(args)})"
 
 
+@api_boundary
 def fan_in(
     gain: float = 1.0, *, axes: tuple[int, ...] = (0,), distribution: str = "normal"
 ) -> Initializer:

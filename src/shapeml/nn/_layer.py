@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._traceback import api_boundary
 from ..models import Model
 from ..models._mapped import Mapped, map_model
 from ._errors import LayerDimsError, LayerOptionError
@@ -19,6 +20,7 @@ from ._errors import LayerDimsError, LayerOptionError
 __all__ = ["Layer"]
 
 
+@api_boundary
 class Layer(Model):
     """Base of the `shapeml.nn` layers: an `sm.Model` with checked options.
 

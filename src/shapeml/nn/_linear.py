@@ -8,6 +8,7 @@ from typing import Any
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from ..models import Dims, param, static, zeros
 from ._dense import dense
 from ._errors import LayerOptionError
@@ -17,6 +18,7 @@ from ._layer import Layer
 __all__ = ["Linear"]
 
 
+@api_boundary
 class Linear(Layer):
     """A dense layer: `y = x @ w + b`, `[*b In] -> [*b Out]`.
 

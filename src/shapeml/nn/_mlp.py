@@ -9,6 +9,7 @@ import jax
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Dims, static, submodel
 from ._errors import LayerOptionError
@@ -25,6 +26,7 @@ _ACTIVATIONS = {
 }
 
 
+@api_boundary
 class MLP(Layer):
     """`down(act(up(x)))`: `[*b D] -> [*b F] -> [*b D]`.
 

@@ -12,6 +12,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import real
 from ..models import Dims, ones, param, static, zeros
 from ._errors import LayerOptionError
@@ -35,6 +36,7 @@ def _f32(x: jax.Array | np.ndarray) -> jax.Array | np.ndarray:
     return x.astype(jnp.float32) if jnp.finfo(x.dtype).bits < 32 else x
 
 
+@api_boundary
 class LayerNorm(Layer):
     """`(x - mean) / sqrt(var + eps) * scale + bias` over the last axis.
 
@@ -78,6 +80,7 @@ class LayerNorm(Layer):
         return y * scale + self.bias.reshape(lead + self.bias.shape)
 
 
+@api_boundary
 class RMSNorm(Layer):
     """`x / sqrt(mean(x ** 2) + eps) * scale` over the last axis.
 

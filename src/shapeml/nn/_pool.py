@@ -10,6 +10,7 @@ from jax import lax
 from jaxtyping import Array, Float
 
 from .._shaped import shaped
+from .._traceback import api_boundary
 from ..models import static
 from ._conv import check_window, out_size
 from ._errors import LayerOptionError
@@ -47,6 +48,7 @@ class _Pool(Layer):
         return total / (w * w)
 
 
+@api_boundary
 class MaxPool2d(_Pool):
     """The maximum of each `window x window` patch (padding never wins: it is -inf).
 
@@ -82,6 +84,7 @@ class MaxPool2d(_Pool):
         )
 
 
+@api_boundary
 class AvgPool2d(_Pool):
     """The mean of each `window x window` patch; zero padding counts in the mean (as PyTorch's
     default `count_include_pad=True`).

@@ -14,6 +14,7 @@ from typing import Any
 
 import jax
 
+from .._traceback import api_boundary
 from .._validate import choice
 
 __all__ = ["POLICIES", "remat", "remat_default", "resolve_policy"]
@@ -71,6 +72,7 @@ def resolve_policy(policy: str | None) -> str:
     return setting.policy
 
 
+@api_boundary
 def remat(fn: Callable, policy: str = "full", *, prevent_cse: bool = True) -> Callable:
     """`fn` under `jax.checkpoint` with a named policy: its backward pass recomputes what the
     policy does not keep, so a deep model's peak memory grows with one block's activations,

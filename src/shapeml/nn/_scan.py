@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import jax
 
 from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import integer, shorten
 from ..models import Model
 from ..models._stacked import count_of, layer
@@ -32,6 +33,7 @@ def _is_stacked(layers: Any) -> bool:
     )
 
 
+@api_boundary
 def scan(
     body: Callable[[Any, C], C],
     layers: Any,  # a stacked model or a sequence of models: `_is_stacked` checks, with a code
@@ -82,6 +84,7 @@ def scan(
     return jax.lax.scan(one, carry, layers, unroll=unroll)[0]
 
 
+@api_boundary
 def unstack(layers: Any) -> tuple[Model, ...]:
     """The layers of an `sm.submodels` field as a tuple, whether it is stored stacked or not
     (a stacked one is sliced: under `jax.jit` the slices cost nothing until used).

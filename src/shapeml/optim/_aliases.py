@@ -17,6 +17,7 @@ from typing import Any
 
 import optax
 
+from .._traceback import api_boundary
 from .._validate import instance, real
 from ..models import Model
 from ._from_optax import make
@@ -105,6 +106,7 @@ def _flag(name: str, v: Any) -> bool:
     return instance(name, v, bool, "True or False")
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def sgd(
     m: Model,
@@ -150,6 +152,7 @@ def sgd(
     return _build("sgd", m, settings, (skip_nonfinite, accumulate, ema))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def adamw(
     m: Model,
@@ -185,6 +188,7 @@ def adamw(
     return _build("adamw", m, settings, (skip_nonfinite, accumulate, ema))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def adam(
     m: Model,
@@ -209,6 +213,7 @@ def adam(
     return _build("adam", m, settings, (skip_nonfinite, accumulate, ema))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def lion(
     m: Model,
@@ -236,6 +241,7 @@ def lion(
     return _build("lion", m, settings, (skip_nonfinite, accumulate, ema))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def adafactor(
     m: Model,
@@ -267,6 +273,7 @@ def adafactor(
     return _build("adafactor", m, settings, (skip_nonfinite, accumulate, ema))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def rmsprop(
     m: Model,

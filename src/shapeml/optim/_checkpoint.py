@@ -20,6 +20,7 @@ import jax.numpy as jnp
 
 from .._errors import ShapemlError
 from .._io import read_safetensors, write_safetensors
+from .._traceback import api_boundary
 from .._validate import instance, shorten
 from ..models import Dims, Model
 from ..models._checkpoint import (
@@ -50,6 +51,7 @@ def _opt_entries(opt: Optimizer) -> dict[str, jax.Array]:
     return {"opt." + dotted_name(path): v for path, v in leaves}
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def save_checkpoint(
     path: str | os.PathLike,
@@ -88,6 +90,7 @@ def save_checkpoint(
     return write_safetensors(path, arrays, meta, allow_nonfinite=allow_nonfinite)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def load_checkpoint(
     path: str | os.PathLike,

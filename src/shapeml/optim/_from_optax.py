@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import optax
 
 from .._grad import split_params
+from .._traceback import api_boundary
 from .._validate import instance, integer, real, shorten
 from ..models import Model
 from ._compose import Layers, compose, join, split
@@ -56,6 +57,7 @@ def make(
     )
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def from_optax(
     m: Model,

@@ -18,6 +18,7 @@ from typing import Any
 import jax
 
 from .._errors import ArgumentError, ArgumentTypeError, similar
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Model
 from ..models._introspect import decays, dotted_name
@@ -26,6 +27,7 @@ from ._errors import MaskError
 __all__ = ["Mask", "decay_mask", "mask", "mask_from_config"]
 
 
+@api_boundary
 class Mask(abc.ABC):
     """Selects params by dotted name; call it on a params tree for optax's tree of bools."""
 
@@ -152,6 +154,7 @@ class _Either(Mask):
         return f"({self.a!r} | {self.b!r})"
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def mask(*patterns: str) -> Mask:
     """Selects the params whose dotted name matches one of `patterns` (shell globs).
@@ -172,6 +175,7 @@ def mask(*patterns: str) -> Mask:
     return _Glob(tuple(patterns))
 
 
+@api_boundary
 def decay_mask() -> Mask:
     """Selects the params declared with `sm.param(..., decay=True)` (the default): the mask weight
     decay uses when none is given. Combine it: `optim.decay_mask() & ~optim.mask("embed.*")`."""

@@ -20,6 +20,7 @@ import optax
 
 from .._errors import ArgumentTypeError
 from .._grad import Grad, split_params
+from .._traceback import api_boundary
 from ..models import Model
 from ..models._introspect import params as named_params
 from ._compose import compose, split
@@ -61,6 +62,7 @@ def _encode(value: Any) -> Any:
 BUILDERS: dict[str, Any] = {}
 
 
+@api_boundary
 class Optimizer(eqx.Module):
     """A shapeml optimizer: optax state for a model's params, typed by the model class.
 
@@ -164,10 +166,12 @@ def _rebuild(family: type[Optimizer], model_class: type, fields: dict) -> Optimi
     return family[model_class](**fields)
 
 
+@api_boundary
 class SGD(Optimizer):
     """Stochastic gradient descent (optax.sgd), optionally with (Nesterov) momentum, weight decay."""
 
 
+@api_boundary
 class AdamW(Optimizer):
     """Adam with decoupled weight decay (optax.adamw)."""
 
@@ -223,6 +227,7 @@ def _diff(expected, got, a: str, b: str) -> str:
     return "; ".join(parts)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with E12xx errors
 def update(m: Model, opt: Optimizer, g: Grad):
     """One optimizer step: returns `(new_model, new_opt)`.
@@ -244,6 +249,7 @@ def update(m: Model, opt: Optimizer, g: Grad):
     return eqx.combine(new_params, rest), new_opt
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def averaged(m: Model, opt: Optimizer) -> Model:
     """The moving average of `m`'s params that `opt` keeps (built with `ema=DECAY`), with `m`'s

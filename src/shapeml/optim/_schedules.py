@@ -15,11 +15,13 @@ import jax.numpy as jnp
 import optax
 
 from .._errors import ArgumentError, ArgumentTypeError
+from .._traceback import api_boundary
 from .._validate import integer, real, shorten
 
 __all__ = ["Schedule", "constant", "cosine", "from_config", "warmup"]
 
 
+@api_boundary
 class Schedule(abc.ABC):
     """A learning rate as a function of the step count `t` (an int or an int array)."""
 
@@ -88,6 +90,7 @@ class _Warmup(Schedule):
 _MAX_STEPS = 2**31 - 1  # step counts are int32
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def constant(value: float | int) -> Schedule:
     """The same learning rate at every step.
@@ -98,6 +101,7 @@ def constant(value: float | int) -> Schedule:
     return _Constant(real("constant(value)", value, low=0.0))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def cosine(peak: float | int, steps: int) -> Schedule:
     """Decays from `peak` to 0 over `steps`: `peak * 0.5 * (1 + cos(pi * min(t, steps) / steps))`.
@@ -110,6 +114,7 @@ def cosine(peak: float | int, steps: int) -> Schedule:
     return _Cosine(peak, integer("cosine(peak, steps): steps", steps, low=1, high=_MAX_STEPS))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def warmup(steps: int, then: Schedule | float | int) -> Schedule:
     """Rises linearly from 0 over `steps`, then follows `then` (restarted at 0).

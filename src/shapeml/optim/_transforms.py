@@ -16,6 +16,7 @@ import optax
 
 from .._errors import ArgumentTypeError
 from .._grad import Grad
+from .._traceback import api_boundary
 from .._validate import real, shorten
 
 __all__ = ["as_optax", "clip_norm"]
@@ -48,6 +49,7 @@ class _ClipNorm:
         return f"clip_norm({self.max_norm})"
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def clip_norm(max_norm: float | int) -> _ClipNorm:
     """Scales a gradient down to global L2 norm `max_norm` when it is above it.

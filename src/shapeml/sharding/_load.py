@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 
 from .._errors import ArgumentError
+from .._traceback import api_boundary
 from .._validate import instance
 from ..models import Model
 from ..models import load as load_unsharded
@@ -75,6 +76,7 @@ class _PlacedEntries(Mapping[str, Any]):
         return len(self._arrays)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def load(
     path: str | os.PathLike,

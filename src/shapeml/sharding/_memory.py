@@ -10,6 +10,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
+from .._traceback import api_boundary
 from ..models import Model
 from ..models._introspect import dotted_name
 from ._place import checked_plans, shardings_like
@@ -18,6 +19,7 @@ from ._rules import Rules
 __all__ = ["FieldMemory", "MemoryReport", "memory_report"]
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class FieldMemory:
     """One array's bytes in all and on each device (the largest block: blocks are even).
@@ -35,6 +37,7 @@ class FieldMemory:
     rules: str = ""
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class MemoryReport:
     """Bytes per device of every field (and optimizer-state leaf) on a mesh.
@@ -85,6 +88,7 @@ def _spec_text(spec) -> str:
     return "P(" + ", ".join(repr(s) for s in spec) + ")"
 
 
+@api_boundary
 def memory_report(
     m: Model, mesh: Mesh, rules: Rules, *, opt: Any = None, file: TextIO | None = sys.stdout
 ) -> MemoryReport:

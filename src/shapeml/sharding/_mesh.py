@@ -17,6 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import AxisType, Mesh
 
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._errors import MeshSpecError, RuleTableError
 from ._rules import rules_table
@@ -37,6 +38,7 @@ def _pairs(text: str, what: str, error: type) -> list[tuple[str, str]]:
     return out
 
 
+@api_boundary
 def mesh_shape(spec: str | Mapping[str, int]) -> dict[str, int]:
     """Named axis sizes from `"data=2,model=2"` (or a mapping), checked.
 
@@ -100,6 +102,7 @@ def _axis_types(axis_types: Any, names: Sequence[str]) -> tuple[AxisType, ...]:
     )
 
 
+@api_boundary
 def make_mesh(
     spec: str | Mapping[str, int], devices: Sequence | None = None, *, axis_types: Any = "auto"
 ) -> Mesh:
@@ -141,6 +144,7 @@ def make_mesh(
     return Mesh(grid, tuple(shape), axis_types=types)
 
 
+@api_boundary
 def parse_rules(specs: str | Sequence[str]) -> dict[str, str | tuple[str, ...]]:
     """A rule table from `"D=model,F=model"` or `["D=model", "F=data+model"]` (`+` joins axes).
 

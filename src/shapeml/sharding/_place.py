@@ -19,6 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from .._errors import ArgumentError
+from .._traceback import api_boundary
 from .._validate import instance, shorten
 from ..models import Model
 from ..models._introspect import dotted_name, statics
@@ -41,6 +42,7 @@ __all__ = [
 ]
 
 
+@api_boundary
 def field_plans(m: Model, rules: Rules) -> dict[str, FieldPlan]:
     """Every param and buffer of `m` by dotted name, with where the rules put it."""
     instance("m", m, Model, "an sm.Model")
@@ -55,6 +57,7 @@ def checked_plans(m: Model, mesh: Mesh, rules: Rules) -> dict[str, FieldPlan]:
     return plans
 
 
+@api_boundary
 def partition_specs(m: Model, rules: Rules):
     """A pytree like `m` holding each field's `PartitionSpec`, placing nothing.
 
@@ -72,6 +75,7 @@ def partition_specs(m: Model, rules: Rules):
     return jax.tree_util.tree_map_with_path(lambda path, _: plans[dotted_name(path)].spec, m)
 
 
+@api_boundary
 def shardings(m: Model, mesh: Mesh, rules: Rules):
     """A pytree like `m` holding each field's `NamedSharding` on `mesh` (for `jax.jit`).
 
@@ -85,6 +89,7 @@ def shardings(m: Model, mesh: Mesh, rules: Rules):
     )
 
 
+@api_boundary
 def shard(m: Model, mesh: Mesh, rules: Rules) -> Model:
     """`m` with every field placed on `mesh` as `rules` say: each device holds only its block.
 
@@ -99,6 +104,7 @@ def shard(m: Model, mesh: Mesh, rules: Rules) -> Model:
     return jax.device_put(m, shardings(m, mesh, rules))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def partition_spec(axes: Sequence[str], rules: Rules) -> P:
     """The `PartitionSpec` of one array whose axes are named by dims, by the same rule table.
@@ -144,6 +150,7 @@ def partition_spec(axes: Sequence[str], rules: Rules) -> P:
     return P(*(None if not a else a[0] if len(a) == 1 else a for a in split))
 
 
+@api_boundary
 def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
     """Shardings for `m`'s optimizer: a pytree like it, each leaf's `NamedSharding`.
 
@@ -169,6 +176,7 @@ def shardings_like(tree: Any, m: Model, mesh: Mesh, rules: Rules):
     return opt_shardings(m, tree, checked_plans(m, mesh, rules), mesh)
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class StepShardings:
     """The shardings of a training step: `jax.jit(step, in_shardings=(model, opt, batch...),
@@ -180,6 +188,7 @@ class StepShardings:
     replicated: NamedSharding
 
 
+@api_boundary
 def step_shardings(
     m: Model, opt: Any, mesh: Mesh, rules: Rules, batch_axis: str | None = "data"
 ) -> StepShardings:
@@ -217,6 +226,7 @@ def _check_axis(axis: str | None, mesh: Mesh) -> None:
         )
 
 
+@api_boundary
 def place_batch(batch: Any, mesh: Mesh, batch_axis: str | None = "data"):
     """Every array of `batch` (a pytree) split along its leading dim over `batch_axis`.
 

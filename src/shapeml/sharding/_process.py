@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from .._traceback import api_boundary
 from .._validate import instance
 from ..models._introspect import dotted_name
 from ._errors import IndivisibleDimError, ProcessLayoutError
@@ -26,6 +27,7 @@ from ._place import place_batch
 __all__ = ["batch_part", "place_local_batch"]
 
 
+@api_boundary
 def batch_part(mesh: Mesh, batch_axis: str | None = "data") -> tuple[int, int]:
     """`(index, count)`: this process feeds part `index` of `count` equal parts of each batch.
 
@@ -73,6 +75,7 @@ def batch_part(mesh: Mesh, batch_axis: str | None = "data") -> tuple[int, int]:
     return mine[0] // length, size // length
 
 
+@api_boundary
 def place_local_batch(batch: Any, mesh: Mesh, batch_axis: str | None = "data"):
     """The global batch from this process's part of it: every array of `batch` (a pytree) split
     along its leading dim over `batch_axis`, each process giving only its rows.

@@ -28,6 +28,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from .._errors import similar
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Dims, Model
 from ..models._fields import FieldSpec
@@ -48,6 +49,7 @@ Axes = tuple[str, ...]  # the mesh axes one array axis is split over; () is repl
 Rules = Any
 
 
+@api_boundary
 @dataclasses.dataclass(frozen=True)
 class FieldPlan:
     """Where one field goes: its declared axes, their sizes and the mesh axes each is split over.

@@ -20,6 +20,7 @@ from .._cast import cast_host_array
 from .._errors import similar
 from .._shell import Shell
 from .._state_errors import allocate_zeros
+from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Model
 from ..models._checkpoint import build_model
@@ -41,6 +42,7 @@ def _replaced(tree, by_name: Mapping[str, Any]):
     return jax.tree_util.tree_map_with_path(lambda p, x: by_name.get(dotted_name(p), x), tree)
 
 
+@api_boundary
 class GraphAccess:
     """Host access to a graph's weights and states (the base of `Graph`).
 

@@ -19,6 +19,7 @@ from jax import lax
 from .. import _jax_internals as jxi
 from .._index import StateIndexError, StateIndexTypeError, check_index, span
 from .._state_errors import StateWriteError
+from .._traceback import api_boundary
 from .._validate import shorten
 from ._decl import Declared
 
@@ -82,6 +83,7 @@ class Run:
         self.states[attr] = lax.dynamic_update_slice(self.states[attr], update, starts)
 
 
+@api_boundary
 class StateView:
     """A state as `body` sees it: `view[pos]` reads, `view[pos] = new` writes, in place.
 

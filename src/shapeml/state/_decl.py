@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Shaped
 
+from .._traceback import api_boundary
 from .._validate import held_dtype, numeric_dtype, shorten
 from ..models import Model, buffer, submodel, zeros
 from ..models._introspect import dotted_name
@@ -79,6 +80,7 @@ def _template(tree, where: str):
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), _dtype(x.dtype, where)), tree)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def param(value_or_shape, dtype=None, *, sharding=None) -> Declared:
     """Declares a weight of a `Graph`: `self.w = param(array)` in the graph's `__init__`.
@@ -111,6 +113,7 @@ def param(value_or_shape, dtype=None, *, sharding=None) -> Declared:
     return Declared("param", template, value=value, sharding=sharding)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def state(shape_or_tree, dtype=jnp.float32, *, name: str | None = None, sharding=None) -> Declared:
     """Declares device-resident state of a `Graph`: `self.total = state((rows, width))`.

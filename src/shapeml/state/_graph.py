@@ -19,6 +19,7 @@ from .._errors import similar
 from .._index import coded_runtime_failure
 from .._inputs import StepInputError as GraphInputError
 from .._inputs import TooWideError, canonical, check_call
+from .._traceback import api_boundary
 from ._access import GraphAccess
 from ._body import Run
 from ._decl import Declared, check_names
@@ -32,6 +33,7 @@ from ._errors import (
 __all__ = ["Graph"]
 
 
+@api_boundary
 class Graph(GraphAccess):
     """A compiled function that holds weights and device-resident state.
 

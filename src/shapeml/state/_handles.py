@@ -7,9 +7,12 @@ from typing import Any
 import jax
 import numpy as np
 
+from .._traceback import api_boundary
+
 __all__ = ["ParamHandle", "StateHandle"]
 
 
+@api_boundary
 class StateHandle:
     """A state seen from the host (outside `body`).
 
@@ -59,6 +62,7 @@ class StateHandle:
         return f"{type(self).__name__}({self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
 
+@api_boundary
 class ParamHandle(StateHandle):
     """A weight seen from the host: `host` is its value as numpy, `device` the uploaded copy
     (uploaded on first use, then never again)."""

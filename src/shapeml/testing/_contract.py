@@ -16,6 +16,7 @@ import numpy as np
 
 from .._errors import ArgumentTypeError, ShapemlError
 from .._shaped import ShapeCheckError, shaped
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Model
 
@@ -128,6 +129,7 @@ def _checked_dims(dims: Any) -> dict[str, int]:
     return {str(k): integer(f"dims[{k!r}]", v, low=0) for k, v in dims.items()}
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def check_contract(
     fn: Callable,

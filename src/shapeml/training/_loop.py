@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._errors import ArgumentError, ShapemlError
+from .._traceback import api_boundary
 from .._validate import instance, integer
 from ..distributed import CheckpointManager
 from ..distributed._faults import peers_watched
@@ -53,6 +54,7 @@ or check the data for NaNs. Resume from the last good checkpoint with `resume=Tr
     pass
 
 
+@api_boundary
 @dataclasses.dataclass
 class TrainResult:
     """What `train` returns: the final model and optimizer, the logged history, and with
@@ -69,6 +71,7 @@ class TrainResult:
         return int(self.opt.skipped)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def train(
     loss: Callable,

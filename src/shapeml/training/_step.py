@@ -18,6 +18,7 @@ import numpy as np
 from .. import sharding
 from .._errors import ArgumentError
 from .._shell import CarryChangedError, Shell
+from .._traceback import api_boundary
 from .._validate import instance
 from ..distributed._faults import peers_watched
 from ..models import Model
@@ -61,6 +62,7 @@ def _with_buffers(m: Model, source: Model) -> Model:
     return jax.tree.map(lambda is_param, a, b: a if is_param else b, param_mask(m), m, source)
 
 
+@api_boundary
 class TrainStep:
     """A stateful shell around one pure compiled step: holds the current model and optimizer.
 

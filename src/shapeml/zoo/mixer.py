@@ -14,11 +14,13 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from .. import _jax_internals as jxi
+from .._traceback import api_boundary
 from .._validate import real
 
 __all__ = ["mix_channels", "mix_tokens", "norm"]
 
 
+@api_boundary
 def norm(x: Float[Array, "*b D"], eps: float = 1e-5) -> Float[Array, "*b D"]:
     """Normalises each token to zero mean and unit variance over its channels (no scale/shift).
 
@@ -34,6 +36,7 @@ def norm(x: Float[Array, "*b D"], eps: float = 1e-5) -> Float[Array, "*b D"]:
     return centered * jax.lax.rsqrt(var + eps)
 
 
+@api_boundary
 def mix_tokens(
     x: Float[Array, "b N D"], w1: Float[Array, "N Dt"], w2: Float[Array, "Dt N"]
 ) -> Float[Array, "b N D"]:
@@ -44,6 +47,7 @@ def mix_tokens(
     return x + jnp.swapaxes(h.reshape(b, d, n), 1, 2)
 
 
+@api_boundary
 def mix_channels(
     x: Float[Array, "b N D"], w1: Float[Array, "D Dc"], w2: Float[Array, "Dc D"]
 ) -> Float[Array, "b N D"]:

@@ -13,6 +13,7 @@ from jaxtyping import Array, Float, Int, UInt8
 
 from .. import _jax_internals as jxi
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import integer
 from ..models import Dims, Model, normal, param
 from ._errors import LabelError, SpotterDimsError
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 
+@api_boundary
 class Spotter(Model):
     """The spotter's weights: 12,928 numbers at the default dims."""
 
@@ -97,6 +99,7 @@ def loss(m: Spotter, img: UInt8[Array, "b 1 S S"], y: Int[Array, " b"]) -> Float
     return cross_entropy(forward(m, img), y)
 
 
+@api_boundary
 def cross_entropy(logits: Float[Array, "b C"], y: Int[Array, " b"]) -> Float[Array, ""]:
     """The mean cross-entropy of class scores against integer labels.
 
@@ -114,6 +117,7 @@ def predict(m: Spotter, img: UInt8[Array, "b 1 S S"]) -> Int[Array, " b"]:
     return jnp.argmax(forward(m, img), axis=-1).astype(jnp.int32)
 
 
+@api_boundary
 def per_class_accuracy(
     pred: Int[Array, " b"], y: Int[Array, " b"], classes: int
 ) -> Float[Array, " C"]:
@@ -132,6 +136,7 @@ def per_class_accuracy(
     return hits / jnp.maximum(total, 1)
 
 
+@api_boundary
 def confusion(pred: Int[Array, " b"], y: Int[Array, " b"], classes: int) -> Int[Array, "C C"]:
     """How often each true class (rows) was predicted as each class (columns).
 

@@ -23,6 +23,7 @@ from jaxtyping import Array, Float, Int, PRNGKeyArray
 from .. import _jax_internals as jxi
 from .._errors import ShapemlError
 from .._shaped import shaped
+from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Dims, Model, normal
 from ..models import param as field
@@ -63,6 +64,7 @@ checked as arguments (E0002, E0003).
     pass
 
 
+@api_boundary
 class Transformer(Model):
     """The decoder's weights; per-layer weights are stacked along `L`."""
 
@@ -172,6 +174,7 @@ def loss(m: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
     return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def new_cache(m: Transformer, batch: int = 1) -> KVCache:
     """An empty cache for `m`: `L` layers, `T` positions, `H` heads of `D // H`, `m`'s dtype."""
@@ -254,6 +257,7 @@ def _generate(m, prompt, steps, greedy, key, temperature):
     return jnp.concatenate([prompt, new], axis=1)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def generate(
     m: Transformer,
@@ -318,6 +322,7 @@ def _check_prompt(prompt) -> int:
     return t
 
 
+@api_boundary
 class CachedDecoder(Graph):
     """The decode step as a `Graph`: weights uploaded once, the KV cache kept on the device.
 

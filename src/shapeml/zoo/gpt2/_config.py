@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._io import read_text
+from ..._traceback import api_boundary
 from ..._validate import shorten
 from ._errors import HFConfigError
 
@@ -33,6 +34,7 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
+@api_boundary
 def config_dims(config: Any, source: str) -> dict[str, int]:
     """The dims `V T D H L F` a GPT-2 config declares, after checking every key it reads.
 

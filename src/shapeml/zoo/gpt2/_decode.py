@@ -16,6 +16,7 @@ from ... import nn
 from ..._index import StateIndexError
 from ..._kvcache import KVCache
 from ..._shaped import shaped
+from ..._traceback import api_boundary
 from ..._validate import instance, integer
 from .._sampling import check_sampling
 from ..transformer import _check_prompt, _pick
@@ -24,6 +25,7 @@ from ._model import GPT2, positions
 __all__ = ["generate", "new_cache", "step"]
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def new_cache(m: GPT2, batch: int = 1, ctx: int | None = None) -> KVCache:
     """An empty cache for `m`: `L` layers, `batch` sequences of `ctx` positions (default `T`),
@@ -83,6 +85,7 @@ def _generate(m, prompt, steps, greedy, key, temperature):
     return jnp.concatenate([prompt, new], axis=1)
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def generate(
     m: GPT2,

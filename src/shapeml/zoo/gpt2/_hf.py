@@ -24,6 +24,7 @@ from ..._io import (
     names_text,
     nonfinite,
 )
+from ..._traceback import api_boundary
 from ..._validate import instance, integer
 from ...models._checkpoint import model_from_arrays
 from ...models._entries import entry_problems, first_problems
@@ -60,6 +61,7 @@ def _as_f32(a: np.ndarray) -> np.ndarray:
     return a.astype(_F32, copy=False) if np.issubdtype(a.dtype, np.floating) else a
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def from_hf(
     path: str | os.PathLike,
@@ -162,6 +164,7 @@ def _check(named, dims, prefix, fields, source) -> None:
         )
 
 
+@api_boundary
 @typing.no_type_check  # validates its arguments itself, with coded errors
 def to_hf(
     m: GPT2,

@@ -18,12 +18,14 @@ from ... import nn
 from ..._index import StateIndexError, check_index
 from ..._kvcache import KVCache
 from ..._shaped import shaped
+from ..._traceback import api_boundary
 from ...models import Dims, Model, submodel, submodels
 from .._errors import TransformerDimsError
 
 __all__ = ["GPT2", "Attention", "Block", "attend", "forward", "hidden", "loss", "positions"]
 
 
+@api_boundary
 class Attention(Model):
     """GPT-2's causal self-attention, `[b t D] -> [b t D]`.
 
@@ -95,6 +97,7 @@ def attend(
     return jnp.einsum("bhns,bshk->bnhk", jax.nn.softmax(scores, axis=-1), v)
 
 
+@api_boundary
 class Block(Model):
     """A pre-norm GPT-2 block: `x + attn(ln_1(x))`, then `x + mlp(ln_2(x))`.
 
@@ -116,6 +119,7 @@ class Block(Model):
         return x + self.mlp(self.ln_2(x))
 
 
+@api_boundary
 class GPT2(Model):
     """GPT-2: `V` tokens, context `T`, `L` blocks of width `D` with `H` heads and MLP width `F`.
 
