@@ -28,7 +28,6 @@ from ._grad import grad as grad
 from ._grad import norm as norm
 from ._grad import value_and_grad as value_and_grad
 from ._io import NonFiniteWarning as NonFiniteWarning
-from ._precision import Precision as Precision
 from ._shaped import ShapeCheckError as ShapeCheckError
 from ._shaped import shaped as shaped
 from ._version import __version__ as __version__
@@ -61,6 +60,7 @@ from .sharding import memory_report as memory_report
 from .sharding import partition_specs as partition_specs
 from .sharding import shard as shard
 from .sharding import use_cpu_devices as use_cpu_devices
+from .training import Precision as Precision
 
 __all__ = [
     "ArgumentError",

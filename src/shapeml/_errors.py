@@ -65,7 +65,7 @@ CODE_MODULES = (
     "shapeml.models._limits",
     "shapeml._dead_params",
     "shapeml._grad",
-    "shapeml._shaped",
+    "shapeml._shaped._check",
     "shapeml.models._dims",
     "shapeml.models._fields",
     "shapeml.models._model",

@@ -4,9 +4,11 @@ parallelism). The Spotter job behind `shapeml train` lives in `shapeml.apps.spot
 from ._loop import TrainingDivergedError as TrainingDivergedError
 from ._loop import TrainResult as TrainResult
 from ._loop import train as train
+from ._precision import Precision as Precision
 from ._step import TrainStep as TrainStep
 
 __all__ = [
+    "Precision",
     "TrainResult",
     "TrainStep",
     "TrainingDivergedError",

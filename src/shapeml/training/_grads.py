@@ -12,8 +12,8 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentError
 from .._grad import value_and_grad
-from .._precision import Precision, precision_of
 from ..nn._remat import remat_default, resolve_policy
+from ._precision import Precision, precision_of
 
 __all__ = ["Gradients"]
 

@@ -20,13 +20,13 @@ from beartype import beartype
 from beartype.roar import BeartypeCallHintViolation, BeartypeException
 from jaxtyping import Shaped, jaxtyped
 
+from .._errors import ArgumentTypeError, ShapemlError
+from .._traceback import api_boundary
+from .._validate import shorten
+from ..models import Model
+from ..models._checks import dims_str
 from ._array_like import widen, widened_function
-from ._errors import ArgumentTypeError, ShapemlError
-from ._shape_report import first_mismatch, named_in_violation, return_mismatch, signature_text
-from ._traceback import api_boundary
-from ._validate import shorten
-from .models import Model
-from .models._checks import dims_str
+from ._report import first_mismatch, named_in_violation, return_mismatch, signature_text
 
 __all__ = ["ShapeCheckError", "ShapedAnnotationError", "ShapedCallError", "shaped"]
 

@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import ArgumentError
-from ._traceback import api_boundary
-from ._validate import choice, real
+from .._errors import ArgumentError
+from .._traceback import api_boundary
+from .._validate import choice, real
 
 __all__ = ["LossScale", "Precision", "precision_of"]
 

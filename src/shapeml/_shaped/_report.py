@@ -15,7 +15,7 @@ from typing import Any, Union
 
 from jaxtyping import jaxtyped
 
-from ._validate import shorten
+from .._validate import shorten
 
 __all__ = [
     "clash",
