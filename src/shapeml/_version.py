@@ -1,2 +1,3 @@
-__version__ = "0.1.0"
 """The version of shapeml, as checkpoints record it in their metadata."""
+
+__version__ = "0.1.0"
