@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._kvcache import KVCache
+from ..state._kvcache import KVCache
 from ._cache import init_cache
 from ._numerics import REQUANT_POINTS, requant_jax
 

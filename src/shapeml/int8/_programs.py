@@ -25,8 +25,8 @@ import jax
 import numpy as np
 
 from .._compile_cache import CompileCache, Signature
-from .._kvcache import KVCache
 from ..models._introspect import dotted_name
+from ..state._kvcache import KVCache
 from . import _cache, _checks, _tp
 from ._decode import generate_loop
 from ._decode import step as step_body

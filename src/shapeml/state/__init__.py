@@ -6,16 +6,7 @@ shell, `shapeml._shell`); per-call indices are traced (no recompiles) and bounds
 step runs (never clamped); `Graph.reference` runs the same body eagerly on the host.
 """
 
-from .._index import IndexChecks as IndexChecks
-from .._index import StateIndexError as StateIndexError
-from .._index import StateIndexTypeError as StateIndexTypeError
-from .._index import assume_in_bounds as assume_in_bounds
-from .._index import check_index as check_index
-from .._index import span as span
-from .._inputs import StepInputError as GraphInputError
-from .._kvcache import KVCache as KVCache
-from .._state_errors import StateAllocationError as StateAllocationError
-from .._state_errors import StateWriteError as StateWriteError
+from .._step import StepInputError as GraphInputError
 from ._body import StateView as StateView
 from ._decl import param as param
 from ._decl import state as state
@@ -28,6 +19,15 @@ from ._errors import WeightWriteError as WeightWriteError
 from ._graph import Graph as Graph
 from ._handles import ParamHandle as ParamHandle
 from ._handles import StateHandle as StateHandle
+from ._index import IndexChecks as IndexChecks
+from ._index import StateIndexError as StateIndexError
+from ._index import StateIndexTypeError as StateIndexTypeError
+from ._index import assume_in_bounds as assume_in_bounds
+from ._index import check_index as check_index
+from ._index import span as span
+from ._kvcache import KVCache as KVCache
+from ._state_errors import StateAllocationError as StateAllocationError
+from ._state_errors import StateWriteError as StateWriteError
 
 __all__ = [
     "Graph",

@@ -1,0 +1,339 @@
+"""The one shell for stateful compiled steps: a pure step and the values it carries between calls.
+
+Everything in shapeml that keeps values on the device between compiled calls is this shell around
+one pure function `step(model, carry, *inputs) -> (outputs, carry)`: a `TrainStep` (its carry is
+the model and its optimizer), a `state.Graph` (its states) and the cached decoder (its KV cache).
+The step is one `jax.jit` program with the carry donated, so XLA updates it in place; the model is
+uploaded once and never donated. `jax.jit` caches it: a new input signature traces it again, and a
+shell of an equal step (a new `TrainStep` of the same loss and options) runs the program an earlier
+one compiled. Checks in the step (`_checks.coded_check`, e.g. `state.check_index`) run inside that
+program, through `checkify`: the step runs only when they all pass (`lax.cond`), so a bad index
+writes nothing, and the shell reads one flag per call and raises the coded error. A step is traced
+for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
+runs one step at a time (`_devices.py` says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+
+from .. import _jax_internals as jxi
+from .._errors import ShapemlError
+from ._checks import coded_failure, tracing_step
+from ._devices import auto_view, is_auto, paced
+from ._inputs import (
+    StepInputError,
+    TooWideError,
+    canonical_leaf,
+    check_call,
+    named_leaves,
+    saturated,
+    too_wide,
+)
+
+__all__ = ["CarryChangedError", "Shell", "StepInputError"]
+
+
+class CarryChangedError(
+    ShapemlError,
+    ValueError,
+    code="E1414",
+    title="a step changed the structure of what it carries",
+    explanation="""
+A stateful step must return its carry with the same structure, shapes and dtypes it was given: the
+carry's buffers are donated and updated in place, and the next call is compiled for them. A loss
+that returns an updated model (BatchNorm's running statistics) must return a model of the same
+class and dims, each buffer in its declared dtype; a graph's body must write each state with its
+declared shape and dtype. The message lists the entries that changed.
+""",
+):
+    pass
+
+
+def _owned(x: Any, sharding: Any) -> jax.Array:
+    """A copy the shell owns, placed on `sharding`: its buffer is donated to every call, so the
+    caller's stays valid. (On CPU, `device_put` of a numpy array may alias it: the copy is a real
+    one.)"""
+    return jax.jit(jnp.copy, out_shardings=sharding)(jnp.asarray(x))
+
+
+class _Program:
+    """The function `jax.jit` compiles for a shell: the step on flat leaves, its checks inside.
+
+    Equal to another for an equal step, name, layout and mode: `jax.jit` keys its caches on the
+    function, so the shells of equal steps (two `TrainStep`s of one loss and its options) share
+    their traces and compiled programs. With `only_checks`, it computes the checks' error alone
+    (XLA drops the rest of the step).
+    """
+
+    def __init__(self, step, takes, name, model_def, carry_def, only_checks=False):
+        self.step, self.takes, self.name = step, takes, name
+        self.model_def, self.carry_def, self.only_checks = model_def, carry_def, only_checks
+        self.traces = 0  # how many times `jax.jit` traced this object (a new input signature)
+        key = (step, takes, name, model_def, carry_def, only_checks)
+        try:
+            self._hash = hash(key)
+            self._key = key
+        except TypeError:  # an unhashable step: this shell's own program
+            self._hash, self._key = id(self), object()
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Program) and self._key == other._key
+
+    def __call__(self, in_def, model: list, carry: list, inputs: list):
+        """Traced by `jax.jit`: `(outputs, new carry leaves, failed, error)`, with `failed` and
+        `error` None for a step without checks. With `only_checks`, `(failed, error)`."""
+        if self.takes is not None:  # once per trace: a new input signature
+            check_call(self.name, self.takes, *jax.tree.unflatten(in_def, inputs))
+        out_def = []
+
+        def run(model, carry, inputs):
+            args, kwargs = jax.tree.unflatten(in_def, inputs)
+            out, new = self.step(
+                jax.tree.unflatten(self.model_def, model),
+                jax.tree.unflatten(self.carry_def, carry),
+                *args,
+                **kwargs,
+            )
+            new_leaves, new_def = jax.tree.flatten(new)
+            changed = _changes(carry, self.carry_def, new_leaves, new_def)
+            if changed:
+                raise CarryChangedError(
+                    f"`{self.name}` returned a carry that differs from the one it was given: "
+                    f"{changed}",
+                    fix="return the carry with the structure, shapes and dtypes it came in with",
+                )
+            out_leaves, tree = jax.tree.flatten(out)
+            out_def.append(tree)
+            return out_leaves, new_leaves
+
+        with tracing_step():  # the checks are in this program: no eqx.error_if in the step
+            closed = jax.make_jaxpr(run)(model, carry, inputs)
+        self.traces += 1
+        flat_args = [*model, *carry, *inputs]
+        n_out = len(closed.out_avals) - len(carry)
+        if not jxi.has_checks(closed.jaxpr):
+            if self.only_checks:
+                return None, None
+            results = jxi.as_fun(closed)(*flat_args)
+            return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], None, None
+        # The checks alone (pruned to the arguments they read), then the step only if they pass.
+        pruned, used = jxi.dce(closed, [False] * len(closed.out_avals))
+        args = [x for x, u in zip(flat_args, used, strict=True) if u]
+        err = checkify.checkify(jxi.as_fun(pruned), errors=checkify.user_checks)(*args)[0]
+        flags = [x for x in jax.tree.leaves(err) if x.dtype == jnp.bool_]
+        failed = jnp.any(jnp.stack(flags))
+        if self.only_checks:
+            return failed, err
+        checked = checkify.checkify(jxi.as_fun(closed), errors=checkify.user_checks)
+
+        def step():  # its checks passed: checkify drops them from the program
+            return checked(*flat_args)[1]
+
+        def keep():  # a check failed: no output, and the carry as it came
+            out = closed.out_avals[:n_out]
+            return [jnp.zeros(a.shape, a.dtype) for a in out] + list(carry)
+
+        results = jax.lax.cond(failed, keep, step)
+        return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
+
+
+class Shell:
+    """A compiled pure step `step(model, carry, *inputs) -> (outputs, carry)` with its carry.
+
+    Args:
+        step: the pure function. `model` is read-only (uploaded once); `carry` is returned updated
+            with the same structure, shapes and dtypes; `outputs` is any pytree of arrays. Shells
+            of equal steps (a hashable step equal to another, such as a `TrainStep`'s loss and
+            options) share what `jax.jit` traced and compiled for the same layout.
+        model: any pytree of arrays (an `sm.Model`, a dict of them, or None).
+        carry: any pytree of arrays (an `sm.Model`, a tuple of a model and its optimizer, ...),
+            copied (the shell donates its own buffers to each call), keeping each leaf's placement.
+        name: how errors name the step.
+        copy: False when the caller hands over a carry it will not use again (device arrays that
+            own their memory): the shell takes those buffers as they are.
+        takes: the user's function the inputs are passed to, after the argument the step passes
+            itself (a graph's `body`, a loss): each new input signature is checked against it
+            when it is traced (`StepInputError`, E1410).
+
+    Example:
+        >>> shell = Shell(lambda m, total, x: (total + x @ m.w, total + x @ m.w), m, zeros)
+        >>> y = shell(x)          # one compile per input signature; shell.carry is updated
+    """
+
+    def __init__(
+        self,
+        step: Callable,
+        model: Any,
+        carry: Any,
+        *,
+        name: str = "step",
+        copy: bool = True,
+        takes: Callable | None = None,
+    ):
+        self.name = name
+        leaves, self._model_def = jax.tree.flatten(model)
+        # Values on a mesh with Explicit axes are kept on its Auto view (the same buffers): the
+        # step's code is written for Auto axes. `carry` gives them back with their own types.
+        self._explicit = not all(map(is_auto, leaves + jax.tree.leaves(carry)))
+        self._model = [_auto(x) for x in leaves] if self._explicit else leaves
+        leaves, self._carry_def = jax.tree.flatten(carry)
+        self._typed = [getattr(x, "sharding", None) for x in leaves] if self._explicit else None
+        if copy:
+            leaves = [_owned(x, auto_view(jnp.asarray(x).sharding)) for x in leaves]
+        self._carry = [_auto(x) for x in leaves] if self._explicit else leaves
+        self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
+        program = _Program(step, takes, name, self._model_def, self._carry_def)
+        # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
+        shardings = (None, [x.sharding for x in self._carry], None, None)
+        self._program = program
+        self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
+        checks = _Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
+        self._checks = jax.jit(checks, static_argnums=0)
+
+    # the values ---------------------------------------------------------------------------------
+    @property
+    def model(self) -> Any:
+        return jax.tree.unflatten(self._model_def, self._model)
+
+    @model.setter
+    def model(self, model: Any) -> None:
+        """New model values of the same structure, shapes and dtypes (no recompile)."""
+        leaves = self._same(self._model, self._model_def, model, "model")
+        self._model = [jax.device_put(x, old.sharding) for x, old in zip(leaves, self._model)]
+
+    @property
+    def carry(self) -> Any:
+        """The carry now (its buffers are donated by the next call: copy what you keep)."""
+        leaves = self._carry
+        if self._typed is not None:  # back to the types it came with (the same buffers)
+            leaves = [x if s is None else jax.device_put(x, s) for x, s in zip(leaves, self._typed)]
+        return jax.tree.unflatten(self._carry_def, leaves)
+
+    @carry.setter
+    def carry(self, carry: Any) -> None:
+        """A new carry of the same structure, shapes and dtypes, placed as the old one."""
+        leaves = self._same(self._carry, self._carry_def, carry, "carry")
+        self._carry = [_owned(x, old.sharding) for x, old in zip(leaves, self._carry)]
+
+    def _same(self, old: Sequence, treedef, new: Any, what: str) -> list:
+        leaves, new_def = jax.tree.flatten(new)
+        changed = _changes(old, treedef, leaves, new_def)
+        if changed:
+            raise CarryChangedError(
+                f"`{self.name}` was given a new {what} that differs from its old one: {changed}",
+                fix=f"pass a {what} of the same structure, shapes and dtypes",
+            )
+        return leaves
+
+    @property
+    def compile_count(self) -> int:
+        """How many times this shell's step was traced and compiled (once per new input
+        signature; none for a program a shell of an equal step compiled before)."""
+        return self._program.traces
+
+    # running ------------------------------------------------------------------------------------
+    def __call__(self, *inputs, **kwargs):
+        """Runs the step, the carry donated: its checks inside the program first (a failed one
+        raises and changes nothing). Returns the outputs."""
+        in_def, leaves = self._inputs(inputs, kwargs)
+        if self._paced:  # the previous step has finished before this one is queued
+            jax.block_until_ready(self._carry)
+        out, self._carry, failed, err = self._jitted(in_def, self._model, self._carry, leaves)
+        if failed is not None and failed:  # the one read of the call: a bool
+            _raise(err)
+        return out
+
+    def compiled(self, *inputs, **kwargs) -> Any:
+        """The compiled step for these inputs (compiling it if needed, running nothing): a
+        `jax.stages.Compiled`, whose `memory_analysis()`, `cost_analysis()` and `as_text()` show
+        what XLA runs."""
+        in_def, leaves = self._inputs(inputs, kwargs)
+        return self._jitted.lower(in_def, self._model, self._carry, leaves).compile()
+
+    def check(self, *inputs, **kwargs) -> None:
+        """Runs only the step's checks for these inputs: raises what a call would raise, and
+        runs nothing else."""
+        self._check(*self._inputs(inputs, kwargs))
+
+    def _check(self, in_def, leaves: list) -> None:
+        failed, err = self._checks(in_def, self._model, self._carry, leaves)
+        if failed is not None and failed:
+            _raise(err)
+
+    def _inputs(self, inputs: tuple, kwargs: dict) -> tuple[Any, list]:
+        """The inputs' structure and their leaves made canonical (`_inputs.canonical`)."""
+        leaves, in_def = jax.tree.flatten((inputs, kwargs))
+        try:
+            leaves = [canonical_leaf(x, self.name, StepInputError) for x in leaves]
+        except TooWideError:
+            self._too_wide(inputs, kwargs)
+        if self._explicit:
+            leaves = [_auto(x) for x in leaves]
+        return in_def, leaves
+
+    def _too_wide(self, inputs: tuple, kwargs: dict) -> None:
+        """Raises for an int input too wide for JAX's int dtype (`pos=2**31`): the coded error of a
+        check that fails for it (E1401 when the step uses it as an index: its checks run on the
+        input clipped into range, which fails them the same way), else `StepInputError` (E1410)."""
+        named = named_leaves((inputs, kwargs))
+        leaves, in_def = jax.tree.flatten((inputs, kwargs))
+        leaves = [canonical_leaf(x, self.name, StepInputError, lenient=True) for x in leaves]
+        try:
+            self._check(in_def, [_auto(x) for x in leaves] if self._explicit else leaves)
+        except ShapemlError as e:
+            for _, value in named:
+                if too_wide(value):  # name the real value, not the clipped one
+                    e.message = e.message.replace(f" {saturated(value)} ", f" {value} ")
+            raise e from None
+        label, value = next((n, v) for n, v in named if too_wide(v))
+        raise StepInputError(
+            f"`{self.name}` got the input `{label}` = {_shown(value)}, which does not fit JAX's "
+            f"{saturated(value).dtype}",
+            fix="pass values within that dtype's range (or enable jax_enable_x64)",
+        )
+
+
+def _auto(x):
+    """`x` on its mesh's Auto view when it is on a mesh with Explicit axes (no copy)."""
+    if isinstance(x, jax.Array) and not is_auto(x):
+        return jax.device_put(x, auto_view(x.sharding))
+    return x
+
+
+def _raise(err) -> None:
+    """Raises the coded error a failed check stands for (or the user's own check's error)."""
+    message = err.get()
+    coded = None if message is None else coded_failure(message)
+    if coded is None:
+        err.throw()  # a check of the user's own: checkify's error, as it reports it
+    raise coded
+
+
+def _shown(value) -> str:
+    arr = np.asarray(value, dtype=object if type(value) is int else None)
+    return f"{value}" if arr.ndim == 0 else f"an array of {arr.min()}..{arr.max()}"
+
+
+def _changes(old: Sequence, old_def, new: Sequence, new_def) -> str:
+    """What differs between two flattened carries (structure, shapes, dtypes), or ""."""
+    if old_def != new_def:
+        return f"its structure {new_def} is not {old_def}"
+    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
+        jax.tree.unflatten(old_def, old))[0]]  # fmt: skip
+    diffs = [
+        f"{path or 'carry'}: {tuple(np.shape(b))} {jnp.result_type(b)} instead of "
+        f"{tuple(np.shape(a))} {jnp.result_type(a)}"
+        for path, a, b in zip(paths, old, new, strict=True)
+        if np.shape(a) != np.shape(b) or jnp.result_type(a) != jnp.result_type(b)
+    ]
+    return "; ".join(diffs[:8]) + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")
