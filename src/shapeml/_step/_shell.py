@@ -248,7 +248,11 @@ class Shell:
         in_def, leaves = self._inputs(inputs, kwargs)
         if self._paced:  # the previous step has finished before this one is queued
             jax.block_until_ready(self._carry)
-        out, self._carry, failed, err = self._jitted(in_def, self._model, self._carry, leaves)
+        try:
+            out, self._carry, failed, err = self._jitted(in_def, self._model, self._carry, leaves)
+        except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
+            _drop_jax_note(e)
+            raise
         if failed is not None and failed:  # the one read of the call: a bool
             _raise(err)
         return out
@@ -258,7 +262,11 @@ class Shell:
         `jax.stages.Compiled`, whose `memory_analysis()`, `cost_analysis()` and `as_text()` show
         what XLA runs."""
         in_def, leaves = self._inputs(inputs, kwargs)
-        return self._jitted.lower(in_def, self._model, self._carry, leaves).compile()
+        try:
+            return self._jitted.lower(in_def, self._model, self._carry, leaves).compile()
+        except ShapemlError as e:
+            _drop_jax_note(e)
+            raise
 
     def check(self, *inputs, **kwargs) -> None:
         """Runs only the step's checks for these inputs: raises what a call would raise, and
@@ -266,7 +274,11 @@ class Shell:
         self._check(*self._inputs(inputs, kwargs))
 
     def _check(self, in_def, leaves: list) -> None:
-        failed, err = self._checks(in_def, self._model, self._carry, leaves)
+        try:
+            failed, err = self._checks(in_def, self._model, self._carry, leaves)
+        except ShapemlError as e:
+            _drop_jax_note(e)
+            raise
         if failed is not None and failed:
             _raise(err)
 
@@ -308,6 +320,16 @@ def _auto(x):
     if isinstance(x, jax.Array) and not is_auto(x):
         return jax.device_put(x, auto_view(x.sharding))
     return x
+
+
+def _drop_jax_note(e: BaseException) -> None:
+    """Removes the note JAX adds to an error raised while tracing (that it filtered its frames):
+    a shapeml error raised by the step's trace reads as it was raised."""
+    notes = [
+        n for n in getattr(e, "__notes__", ()) if "JAX has removed its internal frames" not in n
+    ]
+    if hasattr(e, "__notes__"):
+        e.__notes__ = notes
 
 
 def _raise(err) -> None:
