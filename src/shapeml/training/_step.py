@@ -116,8 +116,9 @@ class TrainStep:
     input for the backward pass.
 
     A new step of the same loss function and options, on a model, optimizer and batch of the same
-    structure, shapes, dtypes and placement, runs the program an earlier one compiled (as
-    `jax.jit` reuses one for the same function); `compiled_count()` counts what it runs.
+    structure, shapes, dtypes and placement, while that one lives, runs the program it compiled
+    (the step is one `jax.jit` program, and `jax.jit` caches it); `compiled_count()` counts the
+    programs this step traced and compiled itself.
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
@@ -222,8 +223,8 @@ class TrainStep:
         return float(extra[0].scale) if extra else None
 
     def compiled_count(self) -> int:
-        """How many distinct programs this step runs (1 in a healthy training run). A step of
-        the same loss, options and layout as an earlier one takes its compiled program."""
+        """How many programs this step traced and compiled (1 in a healthy training run; 0 when
+        it runs the program of an earlier step of the same loss, options and layout)."""
         return self._shell.compile_count
 
 
