@@ -7,7 +7,7 @@ The step is one `jax.jit` program with the carry donated, so XLA updates it in p
 uploaded once and never donated. `jax.jit` caches it: a new input signature traces it again, and a
 shell of an equal step (a new `TrainStep` of the same loss and options) runs the program an earlier
 one compiled. Checks in the step (`_checks.coded_check`, e.g. `state.check_index`) run inside that
-program, through `checkify`: the step runs only when they all pass (`lax.cond`), so a bad index
+program, through `checkify`: the step runs only when they all pass (a `while_loop` run at most once), so a bad index
 writes nothing, and the shell reads one flag per call and raises the coded error. A step is traced
 for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
 runs one step at a time (`_devices.py` says why).
@@ -136,14 +136,15 @@ class _Program:
             return failed, err
         checked = checkify.checkify(jxi.as_fun(closed), errors=checkify.user_checks)
 
-        def step():  # its checks passed: checkify drops them from the program
-            return checked(*flat_args)[1]
+        def step(state):  # its checks passed: checkify drops them from the program
+            return [jnp.bool_(False), *checked(*model, *state[1 + n_out :], *inputs)[1]]
 
-        def keep():  # a check failed: no output, and the carry as it came
-            out = closed.out_avals[:n_out]
-            return [jnp.zeros(a.shape, a.dtype) for a in out] + list(carry)
-
-        results = jax.lax.cond(failed, keep, step)
+        # Run at most once: a `while_loop`, not a `lax.cond`, because XLA updates a loop's state
+        # in place, while a cond whose other branch passes the carry through copies all of it.
+        # A failed check leaves zero outputs and the carry as it came.
+        zeros = [jnp.zeros(a.shape, a.dtype) for a in closed.out_avals[:n_out]]
+        state = [~failed, *zeros, *carry]
+        results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
         return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
 
 
