@@ -90,8 +90,8 @@ class _Program:
         return isinstance(other, _Program) and self._key == other._key
 
     def __call__(self, in_def, model: list, carry: list, inputs: list):
-        """Traced by `jax.jit`: `(outputs, new carry leaves, failed, error)`, with `failed` and
-        `error` None for a step without checks. With `only_checks`, `(failed, error)`."""
+        """Traced by `jax.jit`: `(outputs, new carry leaves, failed)`, with `failed` None for a
+        step without checks. With `only_checks`, `(failed, error)`."""
         if self.takes is not None:  # once per trace: a new input signature
             check_call(self.name, self.takes, *jax.tree.unflatten(in_def, inputs))
         out_def = []
@@ -125,7 +125,7 @@ class _Program:
             if self.only_checks:
                 return None, None
             results = jxi.as_fun(closed)(*flat_args)
-            return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], None, None
+            return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], None
         # The checks alone (pruned to the arguments they read), then the step only if they pass.
         pruned, used = jxi.dce(closed, [False] * len(closed.out_avals))
         args = [x for x, u in zip(flat_args, used, strict=True) if u]
@@ -145,7 +145,9 @@ class _Program:
         zeros = [jnp.zeros(a.shape, a.dtype) for a in closed.out_avals[:n_out]]
         state = [~failed, *zeros, *carry]
         results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
-        return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
+        # Only the flag goes out: a failed call's error is computed again by the checks alone
+        # (the carry is as it was), so a passing call returns one bool more than the step.
+        return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed
 
 
 class Shell:
@@ -195,7 +197,7 @@ class Shell:
         self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
         program = _Program(step, takes, name, self._model_def, self._carry_def)
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
-        shardings = (None, [x.sharding for x in self._carry], None, None)
+        shardings = (None, [x.sharding for x in self._carry], None)
         self._program = program
         self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
         checks = _Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
@@ -250,12 +252,12 @@ class Shell:
         if self._paced:  # the previous step has finished before this one is queued
             jax.block_until_ready(self._carry)
         try:
-            out, self._carry, failed, err = self._jitted(in_def, self._model, self._carry, leaves)
+            out, self._carry, failed = self._jitted(in_def, self._model, self._carry, leaves)
         except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
             _drop_jax_note(e)
             raise
         if failed is not None and failed:  # the one read of the call: a bool
-            _raise(err)
+            self._check(in_def, leaves)  # raises the failed check's error
         return out
 
     def compiled(self, *inputs, **kwargs) -> Any:
