@@ -59,7 +59,7 @@ CODE_MODULES = (
     "shapeml.state._index",
     "shapeml.state._state_errors",
     "shapeml._step._inputs",
-    "shapeml._step._shell",
+    "shapeml._step._program",
     "shapeml._file_errors",
     "shapeml.models._limits",
     "shapeml._compile_cache",

@@ -2,5 +2,5 @@
 `jax.jit` program, and the values it carries between calls."""
 
 from ._inputs import StepInputError as StepInputError
-from ._shell import CarryChangedError as CarryChangedError
+from ._program import CarryChangedError as CarryChangedError
 from ._shell import Shell as Shell

@@ -7,7 +7,7 @@ The step is one `jax.jit` program with the carry donated, so XLA updates it in p
 uploaded once and never donated. `jax.jit` caches it: a new input signature traces it again, and a
 shell of an equal step (a new `TrainStep` of the same loss and options) runs the program an earlier
 one compiled. Checks in the step (`_checks.coded_check`, e.g. `state.check_index`) run inside that
-program, through `checkify`: the step runs only when they all pass (a `while_loop` run at most once), so a bad index
+program, through `checkify` (`_program.py`): the step runs only when they all pass, so a bad index
 writes nothing, and the shell reads one flag per call and raises the coded error. A step is traced
 for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
 runs one step at a time (`_devices.py` says why).
@@ -21,39 +21,21 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
-from .. import _jax_internals as jxi
 from .._errors import ShapemlError
-from ._checks import coded_failure, tracing_step
+from ._checks import coded_failure
 from ._devices import auto_view, is_auto, paced
 from ._inputs import (
     StepInputError,
     TooWideError,
     canonical_leaf,
-    check_call,
     named_leaves,
     saturated,
     too_wide,
 )
+from ._program import CarryChangedError, Program, changes
 
 __all__ = ["CarryChangedError", "Shell", "StepInputError"]
-
-
-class CarryChangedError(
-    ShapemlError,
-    ValueError,
-    code="E1414",
-    title="a step changed the structure of what it carries",
-    explanation="""
-A stateful step must return its carry with the same structure, shapes and dtypes it was given: the
-carry's buffers are donated and updated in place, and the next call is compiled for them. A loss
-that returns an updated model (BatchNorm's running statistics) must return a model of the same
-class and dims, each buffer in its declared dtype; a graph's body must write each state with its
-declared shape and dtype. The message lists the entries that changed.
-""",
-):
-    pass
 
 
 def _owned(x: Any, sharding: Any) -> jax.Array:
@@ -61,93 +43,6 @@ def _owned(x: Any, sharding: Any) -> jax.Array:
     caller's stays valid. (On CPU, `device_put` of a numpy array may alias it: the copy is a real
     one.)"""
     return jax.jit(jnp.copy, out_shardings=sharding)(jnp.asarray(x))
-
-
-class _Program:
-    """The function `jax.jit` compiles for a shell: the step on flat leaves, its checks inside.
-
-    Equal to another for an equal step, name, layout and mode: `jax.jit` keys its caches on the
-    function, so the shells of equal steps (two `TrainStep`s of one loss and its options) share
-    their traces and compiled programs. With `only_checks`, it computes the checks' error alone
-    (XLA drops the rest of the step).
-    """
-
-    def __init__(self, step, takes, name, model_def, carry_def, only_checks=False):
-        self.step, self.takes, self.name = step, takes, name
-        self.model_def, self.carry_def, self.only_checks = model_def, carry_def, only_checks
-        self.traces = 0  # how many times `jax.jit` traced this object (a new input signature)
-        key = (step, takes, name, model_def, carry_def, only_checks)
-        try:
-            self._hash = hash(key)
-            self._key = key
-        except TypeError:  # an unhashable step: this shell's own program
-            self._hash, self._key = id(self), object()
-
-    def __hash__(self) -> int:
-        return self._hash
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, _Program) and self._key == other._key
-
-    def __call__(self, in_def, model: list, carry: list, inputs: list):
-        """Traced by `jax.jit`: `(outputs, new carry leaves, failed)`, with `failed` None for a
-        step without checks. With `only_checks`, `(failed, error)`."""
-        if self.takes is not None:  # once per trace: a new input signature
-            check_call(self.name, self.takes, *jax.tree.unflatten(in_def, inputs))
-        out_def = []
-
-        def run(model, carry, inputs):
-            args, kwargs = jax.tree.unflatten(in_def, inputs)
-            out, new = self.step(
-                jax.tree.unflatten(self.model_def, model),
-                jax.tree.unflatten(self.carry_def, carry),
-                *args,
-                **kwargs,
-            )
-            new_leaves, new_def = jax.tree.flatten(new)
-            changed = _changes(carry, self.carry_def, new_leaves, new_def)
-            if changed:
-                raise CarryChangedError(
-                    f"`{self.name}` returned a carry that differs from the one it was given: "
-                    f"{changed}",
-                    fix="return the carry with the structure, shapes and dtypes it came in with",
-                )
-            out_leaves, tree = jax.tree.flatten(out)
-            out_def.append(tree)
-            return out_leaves, new_leaves
-
-        with tracing_step():  # the checks are in this program: no eqx.error_if in the step
-            closed = jax.make_jaxpr(run)(model, carry, inputs)
-        self.traces += 1
-        flat_args = [*model, *carry, *inputs]
-        n_out = len(closed.out_avals) - len(carry)
-        if not jxi.has_checks(closed.jaxpr):
-            if self.only_checks:
-                return None, None
-            results = jxi.as_fun(closed)(*flat_args)
-            return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], None
-        # The checks alone (pruned to the arguments they read), then the step only if they pass.
-        pruned, used = jxi.dce(closed, [False] * len(closed.out_avals))
-        args = [x for x, u in zip(flat_args, used, strict=True) if u]
-        err = checkify.checkify(jxi.as_fun(pruned), errors=checkify.user_checks)(*args)[0]
-        flags = [x for x in jax.tree.leaves(err) if x.dtype == jnp.bool_]
-        failed = jnp.any(jnp.stack(flags))
-        if self.only_checks:
-            return failed, err
-        checked = checkify.checkify(jxi.as_fun(closed), errors=checkify.user_checks)
-
-        def step(state):  # its checks passed: checkify drops them from the program
-            return [jnp.bool_(False), *checked(*model, *state[1 + n_out :], *inputs)[1]]
-
-        # Run at most once: a `while_loop`, not a `lax.cond`, because XLA updates a loop's state
-        # in place, while a cond whose other branch passes the carry through copies all of it.
-        # A failed check leaves zero outputs and the carry as it came.
-        zeros = [jnp.zeros(a.shape, a.dtype) for a in closed.out_avals[:n_out]]
-        state = [~failed, *zeros, *carry]
-        results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
-        # Only the flag goes out: a failed call's error is computed again by the checks alone
-        # (the carry is as it was), so a passing call returns one bool more than the step.
-        return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed
 
 
 class Shell:
@@ -195,12 +90,12 @@ class Shell:
             leaves = [_owned(x, auto_view(jnp.asarray(x).sharding)) for x in leaves]
         self._carry = [_auto(x) for x in leaves] if self._explicit else leaves
         self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
-        program = _Program(step, takes, name, self._model_def, self._carry_def)
+        program = Program(step, takes, name, self._model_def, self._carry_def)
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
-        shardings = (None, [x.sharding for x in self._carry], None)
+        shardings = (None, [x.sharding for x in self._carry], None, None)
         self._program = program
         self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
-        checks = _Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
+        checks = Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
         self._checks = jax.jit(checks, static_argnums=0)
 
     # the values ---------------------------------------------------------------------------------
@@ -230,7 +125,7 @@ class Shell:
 
     def _same(self, old: Sequence, treedef, new: Any, what: str) -> list:
         leaves, new_def = jax.tree.flatten(new)
-        changed = _changes(old, treedef, leaves, new_def)
+        changed = changes(old, treedef, leaves, new_def)
         if changed:
             raise CarryChangedError(
                 f"`{self.name}` was given a new {what} that differs from its old one: {changed}",
@@ -252,12 +147,12 @@ class Shell:
         if self._paced:  # the previous step has finished before this one is queued
             jax.block_until_ready(self._carry)
         try:
-            out, self._carry, failed = self._jitted(in_def, self._model, self._carry, leaves)
+            out, self._carry, failed, err = self._jitted(in_def, self._model, self._carry, leaves)
         except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
             _drop_jax_note(e)
             raise
         if failed is not None and failed:  # the one read of the call: a bool
-            self._check(in_def, leaves)  # raises the failed check's error
+            _raise(err)
         return out
 
     def compiled(self, *inputs, **kwargs) -> Any:
@@ -347,18 +242,3 @@ def _raise(err) -> None:
 def _shown(value) -> str:
     arr = np.asarray(value, dtype=object if type(value) is int else None)
     return f"{value}" if arr.ndim == 0 else f"an array of {arr.min()}..{arr.max()}"
-
-
-def _changes(old: Sequence, old_def, new: Sequence, new_def) -> str:
-    """What differs between two flattened carries (structure, shapes, dtypes), or ""."""
-    if old_def != new_def:
-        return f"its structure {new_def} is not {old_def}"
-    paths = [jax.tree_util.keystr(p) for p, _ in jax.tree_util.tree_flatten_with_path(
-        jax.tree.unflatten(old_def, old))[0]]  # fmt: skip
-    diffs = [
-        f"{path or 'carry'}: {tuple(np.shape(b))} {jnp.result_type(b)} instead of "
-        f"{tuple(np.shape(a))} {jnp.result_type(a)}"
-        for path, a, b in zip(paths, old, new, strict=True)
-        if np.shape(a) != np.shape(b) or jnp.result_type(a) != jnp.result_type(b)
-    ]
-    return "; ".join(diffs[:8]) + (f" (and {len(diffs) - 8} more)" if len(diffs) > 8 else "")
