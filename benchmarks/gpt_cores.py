@@ -2,7 +2,7 @@
 (`sm.use_cpu_devices()`, one step at a time), the same without pacing, and on one device,
 interleaved in one run.
 
-Pacing (`shapeml/_devices.py`) makes a step on several CPU devices wait for the previous one
+Pacing (`shapeml/_step/_devices.py`) makes a step on several CPU devices wait for the previous one
 before it is queued; the unpaced contender turns that off on its own shell, to measure its cost.
 Run: python benchmarks/gpt_cores.py [--quick]
 """

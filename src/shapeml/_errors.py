@@ -57,10 +57,10 @@ _REGISTRY: dict[str, Explanation] = {}
 # complete), so `shapeml explain` knows every code without the core importing what is built on it.
 CODE_MODULES = (
     "shapeml._errors",
-    "shapeml._index",
-    "shapeml._state_errors",
-    "shapeml._inputs",
-    "shapeml._shell",
+    "shapeml.state._index",
+    "shapeml.state._state_errors",
+    "shapeml._step._inputs",
+    "shapeml._step._program",
     "shapeml._io._errors",
     "shapeml.models._limits",
     "shapeml._dead_params",

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .._kvcache import KVCache
+from ..state._kvcache import KVCache
 from ._errors import Int8PositionError
 
 __all__ = ["cache_from_rows", "cache_rows", "check_cache", "init_cache"]

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .._kvcache import KVCache
 from .._traceback import api_boundary
+from ..state._kvcache import KVCache
 from ._cache import init_cache
 from ._numerics import REQUANT_POINTS, requant_jax
 

@@ -22,9 +22,9 @@ import numpy as np
 from jaxtyping import Array, Int8, Int32
 
 from .._io import atomic_write
-from .._kvcache import KVCache
 from .._traceback import api_boundary
 from ..models import Dims, Model, buffer, full, ones, static, zeros
+from ..state._kvcache import KVCache
 from . import _cache, _checks, _programs, _reference, _tp
 from ._json import read_json, to_dict
 from ._numerics import EXP_TABLE_MAX, REQUANT_POINTS, accumulator_bounds

@@ -25,8 +25,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from .._kvcache import KVCache
 from ..models._introspect import dotted_name
+from ..state._kvcache import KVCache
 from . import _cache, _checks, _tp
 from ._decode import generate_loop
 from ._decode import step as step_body

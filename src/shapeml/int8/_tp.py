@@ -22,11 +22,11 @@ import jax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from .._kvcache import KVCache
 from .._traceback import api_boundary
 from .._validate import shorten
 from ..sharding import field_plans, partition_spec, partition_specs, shardings
 from ..sharding import make_mesh as sharding_make_mesh
+from ..state._kvcache import KVCache
 from ._decode import Projection, generate_loop, project, step
 from ._errors import Int8TensorParallelError
 

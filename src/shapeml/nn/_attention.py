@@ -13,11 +13,11 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
-from .._index import check_index
-from .._kvcache import KVCache
 from .._shaped import shaped
 from .._traceback import api_boundary
 from ..models import Dims, normal, param, static, submodel
+from ..state._index import check_index
+from ..state._kvcache import KVCache
 from ._errors import LayerDimsError, LayerInputError, LayerOptionError
 from ._layer import Layer
 from ._linear import Linear

@@ -18,8 +18,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from .._cast import cast_host_array
 from .._errors import similar
-from .._shell import Shell
-from .._state_errors import allocate_zeros
+from .._step import Shell
 from .._traceback import api_boundary
 from .._validate import shorten
 from ..models import Model
@@ -29,6 +28,7 @@ from ..models._limits import check_size, max_bytes_of
 from ._decl import Declared, states_class
 from ._errors import LoadStateDictError, StateNotFoundError, UnboundParamError
 from ._handles import ParamHandle, StateHandle
+from ._state_errors import allocate_zeros
 
 __all__ = ["GraphAccess"]
 

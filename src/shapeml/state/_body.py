@@ -17,11 +17,11 @@ import numpy as np
 from jax import lax
 
 from .. import _jax_internals as jxi
-from .._index import StateIndexError, StateIndexTypeError, check_index, span
-from .._state_errors import StateWriteError
 from .._traceback import api_boundary
 from .._validate import shorten
 from ._decl import Declared
+from ._index import StateIndexError, StateIndexTypeError, check_index, span
+from ._state_errors import StateWriteError
 
 __all__ = ["Run", "StateView", "checked_value"]
 

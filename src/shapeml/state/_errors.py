@@ -1,7 +1,7 @@
 """The graph's own errors (codes E1404..E1409), each with its long explanation. The index errors
-(E1401, E1402) belong to the core's index checks (`shapeml._index`), the write and allocation
-errors (E1403, E1412) to the core's device-resident state (`shapeml._state_errors`, which
-`KVCache` shares) and the input error (E1410) to the shell (`shapeml._shell`)."""
+(E1401, E1402) belong to the index checks (`_index.py`), the write and allocation errors (E1403,
+E1412) to device-resident state (`_state_errors.py`, which `KVCache` shares) and the input error
+(E1410) to the shell (`shapeml._step`)."""
 
 from __future__ import annotations
 

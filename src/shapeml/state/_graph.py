@@ -1,6 +1,6 @@
 """`Graph`: weights uploaded once and states kept on the device, around one pure step.
 
-A graph is the one shell (`shapeml._shell.Shell`) around `(weights, states, *inputs) -> (outputs,
+A graph is the one shell (`shapeml._step.Shell`) around `(weights, states, *inputs) -> (outputs,
 states)`: its weights are the shell's model (a dict of the declared values), its states one
 `sm.Model` (`graph.states`), the shell's carry, donated to each call. The body runs on a per-run
 view of the graph, on which `self.<name>` is that run's value; the graph itself never changes
@@ -16,9 +16,8 @@ import jax
 import numpy as np
 
 from .._errors import similar
-from .._index import coded_runtime_failure
-from .._inputs import StepInputError as GraphInputError
-from .._inputs import TooWideError, canonical, check_call
+from .._step._inputs import StepInputError as GraphInputError
+from .._step._inputs import TooWideError, canonical, check_call
 from .._traceback import api_boundary
 from ._access import GraphAccess
 from ._body import Run
@@ -29,6 +28,7 @@ from ._errors import (
     StateNotFoundError,
     WeightWriteError,
 )
+from ._index import coded_runtime_failure
 
 __all__ = ["Graph"]
 

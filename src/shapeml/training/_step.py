@@ -1,4 +1,4 @@
-"""The compiled training step: value_and_grad + update, on the one shell (`shapeml._shell`).
+"""The compiled training step: value_and_grad + update, on the one shell (`shapeml._step`).
 
 The step's carry is the model and its optimizer: donated to each call, so XLA updates the weights
 and optimizer state in place, and kept on the device between calls. A loss may return an updated
@@ -8,6 +8,7 @@ updates the params alone.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -17,7 +18,8 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
-from .._shell import CarryChangedError, Shell
+from .._step import CarryChangedError, Shell
+from .._step._devices import auto_mesh
 from .._traceback import api_boundary
 from .._validate import instance
 from ..distributed._faults import peers_watched
@@ -62,6 +64,30 @@ def _with_buffers(m: Model, source: Model) -> Model:
     return jax.tree.map(lambda is_param, a, b: a if is_param else b, param_mask(m), m, source)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Update:
+    """The pure step of a loss and its options: `(None, (model, opt, *extra), *batch) ->
+    (loss value, new carry)`. Equal for an equal loss and options, so a new `TrainStep` of them
+    runs the program `jax.jit` compiled for an earlier one (on the same layout)."""
+
+    loss: Callable
+    has_aux: bool
+    precision: Any
+    remat: str | None
+
+    def __call__(self, _, carry, *batch):
+        grads = Gradients(self.loss, self.has_aux, self.precision, self.remat)
+        m, o = carry[0], carry[1]
+        value, g, finite = grads(m, batch, carry[2:])
+        new, o = update(m, o, g)
+        if self.has_aux:
+            updated, rest = _split_aux(value[1], type(m))
+            if updated is not None:
+                new = _with_buffers(new, updated)
+                value = value[0] if rest is None else (value[0], rest)
+        return value, grads.finish((m, carry[1]), (new, o), finite, carry[2:])
+
+
 @api_boundary
 class TrainStep:
     """A stateful shell around one pure compiled step: holds the current model and optimizer.
@@ -91,8 +117,9 @@ class TrainStep:
     input for the backward pass.
 
     A new step of the same loss function and options, on a model, optimizer and batch of the same
-    structure, shapes, dtypes and placement, runs the program an earlier one compiled (as
-    `jax.jit` reuses one for the same function); `compiled_count()` counts what it runs.
+    structure, shapes, dtypes and placement, while that one lives, runs the program it compiled
+    (the step is one `jax.jit` program, and `jax.jit` caches it); `compiled_count()` counts the
+    programs this step traced and compiled itself.
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
@@ -124,7 +151,7 @@ class TrainStep:
             batch_axis = data_axis if data_axis in mesh.shape else None
             s = sharding.step_shardings(model, opt, mesh, rules or {}, batch_axis=batch_axis)
             model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
-            self._placement = (mesh, batch_axis)
+            self._placement = (auto_mesh(mesh), batch_axis)  # the step's view (`_step`)
         elif rules is not None:
             raise ArgumentError(
                 "TrainStep(..., rules=...) was given rules but no mesh to place the fields on",
@@ -140,27 +167,13 @@ class TrainStep:
         self._cores = None if mesh is not None else default_devices(devices)
         if self._cores is not None:
             model, opt = self._cores.replicate((model, opt))
-        grads = Gradients(loss, has_aux, precision, remat)
-        cls = type(model)
-
-        def step(_, carry, *batch):
-            m, o = carry[0], carry[1]
-            value, g, finite = grads(m, batch, carry[2:])
-            new, o = update(m, o, g)
-            if has_aux:
-                updated, rest = _split_aux(value[1], cls)
-                if updated is not None:
-                    new = _with_buffers(new, updated)
-                    value = value[0] if rest is None else (value[0], rest)
-            return value, grads.finish((m, carry[1]), (new, o), finite, carry[2:])
-
+        grads = Gradients(loss, has_aux, precision, remat)  # checks the options now
         # The model and optimizer are copied: their buffers are donated to each call.
         carry = (model, opt, *grads.initial_carry())
         if self._cores is not None:
             carry = self._cores.replicate(carry)
-        # A new TrainStep of the same loss and options (and layout) reuses an earlier one's program.
-        share = ("TrainStep", loss, has_aux, grads.policy, remat)
-        self._shell = Shell(step, None, carry, name="TrainStep", takes=loss, share=share)
+        step = _Update(loss, has_aux, grads.policy, remat)
+        self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
@@ -211,6 +224,6 @@ class TrainStep:
         return float(extra[0].scale) if extra else None
 
     def compiled_count(self) -> int:
-        """How many distinct programs this step runs (1 in a healthy training run). A step of
-        the same loss, options and layout as an earlier one takes its compiled program."""
+        """How many programs this step traced and compiled (1 in a healthy training run; 0 when
+        it runs the program of an earlier step of the same loss, options and layout)."""
         return self._shell.compile_count

@@ -13,11 +13,11 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from ... import nn
-from ..._index import StateIndexError
-from ..._kvcache import KVCache
 from ..._shaped import shaped
 from ..._traceback import api_boundary
 from ..._validate import instance, integer
+from ...state._index import StateIndexError
+from ...state._kvcache import KVCache
 from .._sampling import check_sampling
 from ..transformer import _check_prompt, _pick
 from ._model import GPT2, positions

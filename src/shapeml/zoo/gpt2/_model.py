@@ -15,11 +15,11 @@ from jax import lax
 from jaxtyping import Array, Bool, Float, Int
 
 from ... import nn
-from ..._index import StateIndexError, check_index
-from ..._kvcache import KVCache
 from ..._shaped import shaped
 from ..._traceback import api_boundary
 from ...models import Dims, Model, submodel, submodels
+from ...state._index import StateIndexError, check_index
+from ...state._kvcache import KVCache
 from .._errors import TransformerDimsError
 
 __all__ = ["GPT2", "Attention", "Block", "attend", "forward", "hidden", "loss", "positions"]

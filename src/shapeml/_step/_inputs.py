@@ -11,8 +11,8 @@ from collections.abc import Callable
 import jax
 import numpy as np
 
-from . import _jax_internals as jxi
-from ._errors import ShapemlError
+from .. import _jax_internals as jxi
+from .._errors import ShapemlError
 
 __all__ = [
     "StepInputError",

@@ -4,19 +4,18 @@ JAX clamps out-of-range gathers and `dynamic_update_slice`s silently, so every i
 or a cache passes through `check_index`. A concrete index is checked at once. A traced one is
 checked twice over, by two of JAX's own mechanisms, so that it is caught wherever it runs:
 
-- `jax.experimental.checkify.debug_check`, an explicit error value that `checkify` threads out of
-  a computation. The one shell (`shapeml._shell`) checkifies its step and runs the checks as a
-  program of their own *before* the step, so a bad index raises and the donated state is untouched;
+- a `checkify` check (`_step._checks.coded_check`), an explicit error value that `checkify`
+  threads out of a computation. The one shell (`shapeml._step`) checkifies its step inside its one
+  program and runs the step only when every check passed, so a bad index raises and the donated
+  state is untouched;
 - `eqx.error_if`, which fails the computation in a user's own `jax.jit` (per element under `vmap`).
 
-While the shell traces a step (`checked_before_step()`), the `eqx.error_if` is left out: the step's
-checks have passed before it runs, and a host callback in a program would cost every call.
+While the shell traces a step (`_step._checks.in_step()`), the `eqx.error_if` is left out: the
+step's program checks its indices itself, and a host callback in a program would cost every call.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import dataclasses
 from typing import Any
 
@@ -24,12 +23,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.experimental import checkify
 
-from . import _jax_internals as jxi
-from ._errors import ShapemlError
-from ._traceback import api_boundary
-from ._validate import shorten
+from .. import _jax_internals as jxi
+from .._errors import ShapemlError
+from .._step._checks import coded_check, in_step
+from .._traceback import api_boundary
+from .._validate import shorten
 
 __all__ = [
     "Check",
@@ -37,8 +36,6 @@ __all__ = [
     "StateIndexError",
     "StateIndexTypeError",
     "check_index",
-    "checked_before_step",
-    "coded_check_failure",
     "coded_runtime_failure",
     "in_bounds",
     "raise_index_error",
@@ -57,8 +54,8 @@ A state (or a KV cache) was indexed outside its extent: a position `pos >= size`
 JAX clamps out-of-range indices in gathers and `dynamic_update_slice` without a word, so
 `total[16]` on a 16-row state would silently read and overwrite row 15. shapeml checks every index,
 the same way in every context: a concrete index raises at once; in a compiled stateful step (a
-`Graph`, a `TrainStep`, a cached decoder) the step's index checks run first, as a program of their
-own, and a bad index raises this error instead of running the step, so nothing is written; in your
+`Graph`, a `TrainStep`, a cached decoder) the step's program checks its indices before the step
+runs, and a bad index raises this error instead of running the step, so nothing is written; in your
 own `jit` or `vmap`, `check_index` (and `KVCache`) fail the computation through `eqx.error_if`, with
 a JAX runtime error whose message starts with `[E1401]`.
 
@@ -88,21 +85,6 @@ static length that starts at a per-call position.
 """,
 ):
     pass
-
-
-_CHECKED_BEFORE_STEP: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "shapeml_checked_before_step", default=False
-)
-
-
-@contextlib.contextmanager
-def checked_before_step():
-    """While the shell traces a step whose checks it runs first: no `eqx.error_if` is added."""
-    token = _CHECKED_BEFORE_STEP.set(True)
-    try:
-        yield
-    finally:
-        _CHECKED_BEFORE_STEP.reset(token)
 
 
 @api_boundary
@@ -158,8 +140,8 @@ def raise_index_error(what: str, size: int, extent: int, value: int):
     raise StateIndexError(index_message(what, size, extent, value), fix=_fix(size, extent))
 
 
-# A checkify message is `code, message, fix` joined by this separator (never in a message), so the
-# shell can raise the coded error a failed check stands for.
+# The `eqx.error_if` message is `[E1401] message, fix` joined by this separator (never in a
+# message), so the coded error can be raised again from JAX's runtime error.
 _SEP = "\x1f"
 
 
@@ -180,14 +162,6 @@ def coded_runtime_failure(error: Exception) -> ShapemlError | None:
         return None
     message, fix, _ = text[start + 8 :].split(_SEP, 2)
     return StateIndexError(message, fix=fix)
-
-
-def coded_check_failure(text: str) -> ShapemlError | None:
-    """The coded error a failed check's message (from `check_index`) stands for, else None."""
-    parts = text.split(_SEP)
-    if len(parts) != 4 or parts[0] != StateIndexError.code:
-        return None
-    return StateIndexError(parts[1], fix=parts[2])
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -281,7 +255,7 @@ def check_index(
     """Checks `0 <= idx` and `idx + extent <= size`, the same way in every context.
 
     A concrete index raises at once. A traced one (under `jit`, `vmap`, `scan`) is checked by a
-    `checkify` check, which the shell runs before its step, and by `eqx.error_if`, which fails the
+    `checkify` check, which the shell's program runs before its step, and by `eqx.error_if`, which fails the
     computation in your own `jit` (a JAX runtime error whose message starts with `[E1401]`); when
     `checks` is given, it is recorded in that list instead, for the caller to act on.
 
@@ -324,11 +298,9 @@ def check_index(
         ok = in_bounds(idx, size, extent)
         # `{}` is checkify's slot for the runtime value; braces in `what` are escaped for it.
         shown = what.replace("{", "{{").replace("}", "}}")
-        text = _SEP.join(
-            (StateIndexError.code, index_message(shown, size, extent, "{}"), _fix(size, extent), "")
-        )
-        checkify.debug_check(ok, text, idx)
-        if error_in_jit and not _CHECKED_BEFORE_STEP.get():
+        message = index_message(shown, size, extent, "{}")
+        coded_check(ok, StateIndexError, message, _fix(size, extent), idx)
+        if error_in_jit and not in_step():
             # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
             message = f"[{StateIndexError.code}] {_runtime_message(what, size, extent)}"
             idx = eqx.error_if(idx, ~ok, message)

@@ -4,8 +4,8 @@ A decode step writes this position's K and V (`write`) and attends over position
 (`read` returns the whole cache and the mask). The cache is a plain pytree, usable inside any
 `jax.jit` or `lax.scan`, and as the carry of a stateful step (a `Graph` state, the cached
 decoder), where its buffers are donated and updated in place. Every position is bounds-checked,
-never clamped (`check_index`): in a stateful step before the step runs, so a bad position changes
-nothing; in your own `jit` by `eqx.error_if`.
+never clamped (`check_index`): in a stateful step inside its program, before the step runs, so a
+bad position changes nothing; in your own `jit` by `eqx.error_if`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import jax.numpy as jnp
 from jax import lax
 from jaxtyping import Array, Bool, Int, Shaped
 
+from .._traceback import api_boundary
+from .._validate import held_dtype, instance, integer, numeric_dtype, shorten
 from ._index import check_index
 from ._state_errors import StateWriteError, allocate_zeros
-from ._traceback import api_boundary
-from ._validate import held_dtype, instance, integer, numeric_dtype, shorten
 
 __all__ = ["KVCache"]
 

@@ -9,8 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ._errors import ShapemlError
-from ._validate import shorten
+from .._errors import ShapemlError
+from .._validate import shorten
 
 __all__ = ["StateAllocationError", "StateWriteError", "allocate_zeros"]
 

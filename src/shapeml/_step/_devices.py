@@ -4,12 +4,12 @@
 Explicit (JAX's sharding in types: every value's type carries its sharding, and an operation
 whose output sharding JAX cannot infer, such as most reshapes of a split axis, is an error until
 the code says where its output goes). shapeml's layers, the zoo and most user losses are written
-once, for Auto axes. So a compiled step is traced with each input seen through the *Auto view*
-of its mesh (the same devices and axis names, every axis Auto): the code runs unchanged, each
-input is still compiled for the placement it has, and the carry goes back to the shardings it
-came with (Explicit ones included), so the values keep their types between calls. The compiled
-program accepts the Explicit-typed arrays as they are: the two views differ only in type, never
-in where the bytes are.
+once, for Auto axes. So a compiled step is traced with each value seen through the *Auto view*
+of its mesh (the same devices and axis names, every axis Auto): the code runs unchanged, and
+each value is still compiled for the placement it has. The shell keeps such values on the Auto
+view (`device_put` to it is free: the two views differ only in type, never in where the bytes
+are) and gives the carry back with the shardings it came with (Explicit ones included), so the
+values keep their types between calls.
 
 **One step at a time on CPU devices.** On CPU, the collectives of a program split over several
 devices (forced host devices in one process, or gloo across processes) block worker threads
@@ -28,7 +28,7 @@ from typing import Any
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding
 
-__all__ = ["auto_mesh", "auto_view", "paced"]
+__all__ = ["auto_mesh", "auto_view", "is_auto", "paced"]
 
 
 def auto_mesh(mesh: Mesh) -> Mesh:
@@ -46,6 +46,14 @@ def auto_view(sharding: Any) -> Any:
         if mesh is not sharding.mesh:
             return NamedSharding(mesh, sharding.spec, memory_kind=sharding.memory_kind)
     return sharding
+
+
+def is_auto(x) -> bool:
+    """Whether `x` is anything but an array on a mesh with an axis that is not Auto."""
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or not isinstance(sharding.mesh, Mesh):
+        return True
+    return all(t == AxisType.Auto for t in sharding.mesh.axis_types)
 
 
 def paced(leaves: list) -> bool:
