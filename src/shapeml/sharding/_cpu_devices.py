@@ -16,6 +16,7 @@ import typing
 import jax
 
 from .._jax_internals import backend_started
+from .._traceback import api_boundary
 from .._validate import integer
 from ._errors import CpuDevicesStartedError
 
@@ -44,6 +45,7 @@ def _already_chosen() -> int | None:
 
 
 @typing.no_type_check  # validates its argument itself, with a coded error
+@api_boundary
 def use_cpu_devices(n: int | None = None) -> int:
     """Makes the CPU `n` JAX devices; call it first, before any JAX computation.
 
