@@ -195,14 +195,17 @@ def test_the_error_cell_check_catches_a_long_traceback_and_a_path():
         )
 
     long = nbformat.v4.new_output(
-        "error", ename="E", evalue="x", traceback=[f"frame {i}" for i in range(12)]
+        "error",
+        ename="E",
+        evalue="x",
+        traceback=[f"frame {i}" for i in range(ERROR_CELL_LINES + 4)],
     )
     short = nbformat.v4.new_output(
         "stream", name="stderr", text="[E0901] bad\n  in /home/me/x.py:3"
     )
     found = _error_cell_problems(nbformat.v4.new_notebook(cells=[cell([long]), cell([short])]))
     assert found == [
-        "cell 0: 12 lines of error output: 'frame 0'",
+        f"cell 0: {ERROR_CELL_LINES + 4} lines of error output: 'frame 0'",
         "cell 1: a build-machine path: /home/me",
     ], found
 
