@@ -49,7 +49,7 @@ in your own `jit` instead. The inputs must also fit the function they are passed
 
 def _int() -> np.dtype:
     """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
-    return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+    return jax.dtypes.canonicalize_dtype(np.int64)
 
 
 # Dtypes JAX keeps as they are with or without `jax_enable_x64`: an array of one needs no check.
@@ -87,8 +87,13 @@ def saturated(x) -> np.ndarray:
 
 def canonical_leaf(x, name: str, error: type, lenient: bool = False):
     """One input leaf made canonical (see `canonical`)."""
-    if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common case, first
+    if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common cases, first
         return x
+    if type(x) is int:
+        dtype = _int()
+        bound = 1 << (8 * dtype.itemsize - 1)
+        if -bound <= x < bound:
+            return np.asarray(x, dtype)
     if isinstance(x, jax.Array):
         if jxi.is_tracer(x):
             raise error(

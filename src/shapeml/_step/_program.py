@@ -7,6 +7,7 @@ computed first, through `checkify`, and the step runs only when they all pass.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import jax
@@ -16,10 +17,10 @@ from jax.experimental import checkify
 
 from .. import _jax_internals as jxi
 from .._errors import ShapemlError
-from ._checks import tracing_step
+from ._checks import StepTrace, tracing_step
 from ._inputs import check_call
 
-__all__ = ["CarryChangedError", "Program", "changes"]
+__all__ = ["CarryChangedError", "Program", "changes", "host_key"]
 
 
 class CarryChangedError(
@@ -57,6 +58,12 @@ class Program:
             self._key = key
         except TypeError:  # an unhashable step: this shell's own program
             self._hash, self._key = id(self), object()
+        # The host checks each trace recorded, by `host_key`: metadata of a trace, not a compile
+        # cache (`jax.jit` keeps the programs). Shared by equal programs, since `jax.jit` runs a
+        # trace of one for the others without running Python.
+        self.host_checks = _HOST_CHECKS.get(self._key)
+        if self.host_checks is None:
+            self.host_checks = _HOST_CHECKS[self._key] = _HostChecks()
 
     def __hash__(self) -> int:
         return self._hash
@@ -70,8 +77,10 @@ class Program:
         if self.takes is not None:  # once per trace: a new input signature
             check_call(self.name, self.takes, *jax.tree.unflatten(in_def, inputs))
         out_def = []
+        trace = StepTrace(host=not self.only_checks)  # the checks program keeps every check
 
         def run(model, carry, inputs):
+            trace.inputs = inputs
             args, kwargs = jax.tree.unflatten(in_def, inputs)
             out, new = self.step(
                 jax.tree.unflatten(self.model_def, model),
@@ -91,9 +100,13 @@ class Program:
             out_def.append(tree)
             return out_leaves, new_leaves
 
-        with tracing_step():  # the checks are in this program: no eqx.error_if in the step
+        with tracing_step(trace):  # the checks are in this program: no eqx.error_if in the step
             closed = jax.make_jaxpr(run)(model, carry, inputs)
         self.traces += 1
+        if trace.host is not None:
+            self.host_checks[host_key(in_def, inputs)] = tuple(
+                dict.fromkeys(trace.host)
+            )  # once each
         flat_args = [*model, *carry, *inputs]
         n_out = len(closed.out_avals) - len(carry)
         if not jxi.has_checks(closed.jaxpr):
@@ -121,6 +134,21 @@ class Program:
         state = [~failed, *zeros, *carry]
         results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
         return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
+
+
+class _HostChecks(dict):
+    """`host_key -> tuple[HostCheck, ...]` (a dict that a weak reference can name)."""
+
+
+# Equal programs' host checks, while one of those programs lives (the shells keep them).
+_HOST_CHECKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def host_key(in_def, leaves: Sequence) -> tuple:
+    """What a trace's host checks are keyed by: what the shell passes `jax.jit` as its static
+    argument (the inputs' structure) and the inputs' shapes and dtypes (a check's bounds may
+    depend on them: `span(pos, x.shape[0])`)."""
+    return in_def, *[(x.shape, x.dtype) for x in leaves]
 
 
 def changes(old: Sequence, old_def, new: Sequence, new_def) -> str:

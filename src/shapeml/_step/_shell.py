@@ -33,7 +33,7 @@ from ._inputs import (
     saturated,
     too_wide,
 )
-from ._program import CarryChangedError, Program, changes
+from ._program import CarryChangedError, Program, changes, host_key
 
 __all__ = ["CarryChangedError", "Shell", "StepInputError"]
 
@@ -94,6 +94,7 @@ class Shell:
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
         shardings = (None, [x.sharding for x in self._carry], None, None)
         self._program = program
+        self._host_checks = program.host_checks
         self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
         checks = Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
         self._checks = jax.jit(checks, static_argnums=0)
@@ -144,6 +145,11 @@ class Shell:
         """Runs the step, the carry donated: its checks inside the program first (a failed one
         raises and changes nothing). Returns the outputs."""
         in_def, leaves = self._inputs(inputs, kwargs)
+        host = self._host_checks.get(host_key(in_def, leaves))
+        if host is None:  # a new input signature: traced now, which records its host checks
+            host = self._trace(in_def, leaves)
+        for check in host:  # before dispatch: a failed one raises and the carry stays as it is
+            check.verify(leaves)
         if self._paced:  # the previous step has finished before this one is queued
             jax.block_until_ready(self._carry)
         try:
@@ -151,9 +157,23 @@ class Shell:
         except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
             _drop_jax_note(e)
             raise
-        if failed is not None and failed:  # the one read of the call: a bool
+        if failed is not None and failed:  # the program's own checks: one bool read
             _raise(err)
         return out
+
+    def _trace(self, in_def, leaves: list) -> tuple:
+        """Traces the step for a new input signature (the call after runs this trace, through
+        `jax.jit`'s cache) and returns the host checks it recorded."""
+        try:
+            self._jitted.trace(in_def, self._model, self._carry, leaves)
+        except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
+            _drop_jax_note(e)
+            raise
+        host = self._host_checks.get(host_key(in_def, leaves))
+        if host is None:  # not recorded where this shell can see: the checks program has them all
+            self._check(in_def, leaves)
+            return ()
+        return host
 
     def compiled(self, *inputs, **kwargs) -> Any:
         """The compiled step for these inputs (compiling it if needed, running nothing): a
@@ -182,7 +202,7 @@ class Shell:
 
     def _inputs(self, inputs: tuple, kwargs: dict) -> tuple[Any, list]:
         """The inputs' structure and their leaves made canonical (`_inputs.canonical`)."""
-        leaves, in_def = jax.tree.flatten((inputs, kwargs))
+        leaves, in_def = jax.tree_util.tree_flatten((inputs, kwargs))
         try:
             leaves = [canonical_leaf(x, self.name, StepInputError) for x in leaves]
         except TooWideError:
