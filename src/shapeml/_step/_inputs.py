@@ -90,10 +90,10 @@ def canonical_leaf(x, name: str, error: type, lenient: bool = False):
     if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common cases, first
         return x
     if type(x) is int:
-        dtype = _int()
-        bound = 1 << (8 * dtype.itemsize - 1)
-        if -bound <= x < bound:
-            return np.asarray(x, dtype)
+        try:
+            return np.asarray(x, _int())
+        except OverflowError:  # too wide for it: handled below
+            pass
     if isinstance(x, jax.Array):
         if jxi.is_tracer(x):
             raise error(

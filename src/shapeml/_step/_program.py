@@ -2,7 +2,8 @@
 
 Equal for equal steps, so `jax.jit`, which keys its caches on the function, shares a trace and a
 compiled program between the shells of equal steps. The step's checks (`_checks.coded_check`) are
-computed first, through `checkify`, and the step runs only when they all pass.
+computed first, through `checkify`, and the step runs only when they all pass. Bounds checks of
+an input as it came are recorded for the shell to run on the host instead (`host_checks`).
 """
 
 from __future__ import annotations

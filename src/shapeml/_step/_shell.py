@@ -8,7 +8,10 @@ uploaded once and never donated. `jax.jit` caches it: a new input signature trac
 shell of an equal step (a new `TrainStep` of the same loss and options) runs the program an earlier
 one compiled. Checks in the step (`_checks.coded_check`, e.g. `state.check_index`) run inside that
 program, through `checkify` (`_program.py`): the step runs only when they all pass, so a bad index
-writes nothing, and the shell reads one flag per call and raises the coded error. A step is traced
+writes nothing, and the shell reads one flag per call and raises the coded error. A bounds check of
+an index that is itself an input (`graph(x, pos=7)`) is recorded while tracing and run by the shell
+on the concrete input before it dispatches (`_checks.host_check`): a program left without checks
+returns no flag, and its calls never wait on the device. A step is traced
 for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
 runs one step at a time (`_devices.py` says why).
 """
@@ -142,9 +145,17 @@ class Shell:
 
     # running ------------------------------------------------------------------------------------
     def __call__(self, *inputs, **kwargs):
-        """Runs the step, the carry donated: its checks inside the program first (a failed one
-        raises and changes nothing). Returns the outputs."""
-        in_def, leaves = self._inputs(inputs, kwargs)
+        """Runs the step, the carry donated: its checks first, on the host for an index that is an
+        input, else inside the program (a failed one raises and changes nothing). Returns the
+        outputs."""
+        # `_inputs`, inlined: this is the path of every call
+        leaves, in_def = jax.tree_util.tree_flatten((inputs, kwargs))
+        try:
+            leaves = [canonical_leaf(x, self.name, StepInputError) for x in leaves]
+        except TooWideError:
+            self._too_wide(inputs, kwargs)
+        if self._explicit:
+            leaves = [_auto(x) for x in leaves]
         host = self._host_checks.get(host_key(in_def, leaves))
         if host is None:  # a new input signature: traced now, which records its host checks
             host = self._trace(in_def, leaves)
