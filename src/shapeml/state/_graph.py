@@ -169,7 +169,7 @@ class Graph(GraphAccess):
             )
         if self._unbound:
             self._weights()  # raises E1404: a weight declared by shape is unbound
-        return (self._shell or self._shell_now())(*inputs, **per_call)
+        return (self._shell or self._shell_now()).run(inputs, per_call)
 
     def reference(self, *inputs, **per_call):
         """Runs `body` eagerly on the host, against the host mirror of the state (`.host`).
