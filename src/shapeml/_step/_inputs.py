@@ -140,14 +140,21 @@ def canonical_leaf(x, name: str, error: type, lenient: bool = False):
 def flat_signature(inputs: tuple, kwargs: dict) -> tuple:
     """What a call is keyed by on the shell's fast path: whether `jax_enable_x64` is on (it sets
     the dtype of a Python int), the count of positional inputs, the keywords in call order, and
-    per input its `(shape, dtype)` for a numpy array, `int` for a Python int, else None (a call
-    with a None there, or an array the shell must cast, is never put on the fast path)."""
+    per input its `(shape, dtype)` for a numpy array, `int` for a Python int, `(shape, dtype,
+    weak_type)` for a JAX array, else None (a call with a None there, or an array the shell must
+    cast, is never put on the fast path)."""
     return (
         jax.config.jax_enable_x64,
         len(inputs),
         *kwargs,
         *[
-            (x.shape, x.dtype) if type(x) is np.ndarray else int if type(x) is int else None
+            (x.shape, x.dtype)
+            if type(x) is np.ndarray
+            else int
+            if type(x) is int
+            else (x.shape, x.dtype, x.weak_type)
+            if type(x) is jxi.ArrayImpl
+            else None
             for x in (*inputs, *kwargs.values())
         ],
     )

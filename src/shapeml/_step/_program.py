@@ -62,9 +62,7 @@ class Program:
         # The host checks each trace recorded, by `host_key`: metadata of a trace, not a compile
         # cache (`jax.jit` keeps the programs). Shared by equal programs, since `jax.jit` runs a
         # trace of one for the others without running Python.
-        self.host_checks = _HOST_CHECKS.get(self._key)
-        if self.host_checks is None:
-            self.host_checks = _HOST_CHECKS[self._key] = _HostChecks()
+        self.host_checks = _HOST_CHECKS.setdefault(self, {})
 
     def __hash__(self) -> int:
         return self._hash
@@ -104,10 +102,10 @@ class Program:
         with tracing_step(trace):  # the checks are in this program: no eqx.error_if in the step
             closed = jax.make_jaxpr(run)(model, carry, inputs)
         self.traces += 1
-        if trace.host is not None:
-            self.host_checks[host_key(in_def, inputs)] = tuple(
-                dict.fromkeys(trace.host)
-            )  # once each
+        if trace.host is not None:  # each check once (a row read, then written: one check)
+            self.host_checks[host_key(in_def, inputs)] = tuple(dict.fromkeys(trace.host))
+            # This trace may be the one later equal programs run (its first tracer has gone).
+            _HOST_CHECKS.setdefault(self, self.host_checks)
         flat_args = [*model, *carry, *inputs]
         n_out = len(closed.out_avals) - len(carry)
         if not jxi.has_checks(closed.jaxpr):
@@ -137,12 +135,9 @@ class Program:
         return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
 
 
-class _HostChecks(dict):
-    """`host_key -> tuple[HostCheck, ...]` (a dict that a weak reference can name)."""
-
-
-# Equal programs' host checks, while one of those programs lives (the shells keep them).
-_HOST_CHECKS: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+# Each program's host checks (`host_key -> tuple[HostCheck, ...]`), found by an equal program,
+# while the program lives: weak, so a shell and its carry go with their program.
+_HOST_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def host_key(in_def, leaves: Sequence) -> tuple:

@@ -11,9 +11,9 @@ program, through `checkify` (`_program.py`): the step runs only when they all pa
 writes nothing, and the shell reads one flag per call and raises the coded error. A bounds check of
 an index that is itself an input (`graph(x, pos=7)`) is recorded while tracing and run by the shell
 on the concrete input before it dispatches (`_checks.host_check`): a program left without checks
-returns no flag, and its calls never wait on the device. A step is traced
-for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
-runs one step at a time (`_devices.py` says why).
+returns no flag, and its calls never wait on the device. A step is traced for Auto mesh axes
+whatever its values' mesh kind, and a carry spread over several CPU devices runs one step at a
+time (`_devices.py` says why).
 """
 
 from __future__ import annotations
