@@ -268,12 +268,6 @@ def is_tracer(x) -> bool:
     return isinstance(x, _core.Tracer)
 
 
-def traced_here(x) -> bool:
-    """Whether `x` is a tracer of the trace running now: not one closed over from an outer trace
-    (inside a `cond` branch, a loop body, a `vmap`), where a value may be used only sometimes."""
-    return isinstance(x, _core.Tracer) and x._trace is _core.trace_ctx.trace
-
-
 def backend_started() -> bool:
     """Whether JAX has created its backends (after which XLA_FLAGS no longer take effect)."""
     from jax._src import xla_bridge

@@ -92,7 +92,9 @@ def host_check(value: Any, low: int, high: int, error: type[ShapemlError], messa
     not in a branch or a loop that may not run); returns whether it did. `message` has one `{}`
     slot for the value (other braces doubled)."""
     trace = _IN_STEP.get()
-    if trace is None or trace.host is None or not jxi.traced_here(value):
+    # In a branch or a loop the trace running is another one (the input is closed over): the
+    # branch may not run, so the check stays in the program.
+    if trace is None or trace.host is None or jxi.trace_of(value) is not jxi.current_trace():
         return False
     leaf = next((i for i, x in enumerate(trace.inputs) if x is value), None)
     if leaf is None:
