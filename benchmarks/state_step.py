@@ -3,8 +3,9 @@
 The state is donated to each call and updated in place, so a call should cost the same whatever the
 state's size. The same step written naively (`jax.jit`, no donation) copies the whole state every
 call: its line shows the copy the Graph avoids. A plain `jax.jit` with donation shows what the
-Graph's own dispatch adds, including the bounds check of `pos`, which runs inside the one program
-(a bad index writes nothing) and whose flag each call reads: `graph_call_vs_jit` is that ratio.
+Graph's own dispatch adds, including the bounds check of `pos`, which the shell runs on the host
+before it dispatches (`pos` is an input; a bad index writes nothing): `graph_call_vs_jit` is that
+ratio.
 Run: python benchmarks/state_step.py
 """
 

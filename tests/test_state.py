@@ -888,3 +888,28 @@ def test_an_int_too_wide_for_jax_is_a_coded_error_not_an_overflow(path, pos):
         run(x, pos=0, scale=pos)  # not an index
     np.testing.assert_array_equal(g.read("total"), np.zeros((8, WIDTH)))
     np.testing.assert_array_equal(g.total.host, np.zeros((8, WIDTH)))
+
+
+class Guarded(Graph):
+    """Reads a row at its input `pos` only inside a branch that runs when `pos` is below 4."""
+
+    def __init__(self):
+        self.total = state((4, WIDTH), name="total")
+
+    def body(self, x, *, pos):
+        out = jax.lax.cond(pos < 4, lambda: self.total[pos] + x, lambda: x)
+        self.total[0] = out
+        return out
+
+
+def test_an_input_index_used_only_in_a_branch_is_checked_only_when_the_branch_runs():
+    # An index that is an input is checked on the host before the call, but not one used only
+    # in a branch: the branch may not run, and then the index is not an error.
+    g = Guarded()
+    x = np.ones(WIDTH, np.float32)
+    np.testing.assert_array_equal(np.asarray(g(x, pos=9)), x)
+    np.testing.assert_array_equal(np.asarray(g(x, pos=0)), 2 * x)
+    with pytest.raises(StateIndexError, match="index -1 "):
+        g(x, pos=-1)  # the branch runs: its check fails inside the program, and nothing is written
+    np.testing.assert_array_equal(g.read("total")[:, 0], [2, 0, 0, 0])
+    assert g.compile_count == 1

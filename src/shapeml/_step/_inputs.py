@@ -19,6 +19,8 @@ __all__ = [
     "TooWideError",
     "canonical",
     "canonical_leaf",
+    "canonical_leaves",
+    "flat_signature",
     "check_call",
     "named_leaves",
     "saturated",
@@ -49,7 +51,7 @@ in your own `jit` instead. The inputs must also fit the function they are passed
 
 def _int() -> np.dtype:
     """JAX's int dtype now: int64 with `jax_enable_x64`, else int32."""
-    return np.dtype(jax.dtypes.canonicalize_dtype(np.int64))
+    return jax.dtypes.canonicalize_dtype(np.int64)
 
 
 # Dtypes JAX keeps as they are with or without `jax_enable_x64`: an array of one needs no check.
@@ -87,8 +89,13 @@ def saturated(x) -> np.ndarray:
 
 def canonical_leaf(x, name: str, error: type, lenient: bool = False):
     """One input leaf made canonical (see `canonical`)."""
-    if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common case, first
+    if type(x) is np.ndarray and x.dtype in _CANONICAL:  # the common cases, first
         return x
+    if type(x) is int:
+        try:
+            return np.asarray(x, _int())
+        except OverflowError:  # too wide for it: handled below
+            pass
     if isinstance(x, jax.Array):
         if jxi.is_tracer(x):
             raise error(
@@ -128,6 +135,38 @@ def canonical_leaf(x, name: str, error: type, lenient: bool = False):
                 fix=f"pass values within the range of {np.dtype(dtype).name}",
             )
     return cast
+
+
+def flat_signature(inputs: tuple, kwargs: dict) -> tuple:
+    """What a call is keyed by on the shell's fast path: whether `jax_enable_x64` is on (it sets
+    the dtype of a Python int), the count of positional inputs, the keywords in call order, and
+    per input its `(shape, dtype)` for a numpy array, `int` for a Python int, `(shape, dtype,
+    weak_type)` for a JAX array, else None (a call with a None there, or an array the shell must
+    cast, is never put on the fast path)."""
+    return (
+        jax.config.jax_enable_x64,
+        len(inputs),
+        *kwargs,
+        *[
+            (x.shape, x.dtype)
+            if type(x) is np.ndarray
+            else int
+            if type(x) is int
+            else (x.shape, x.dtype, x.weak_type)
+            if type(x) is jxi.ArrayImpl
+            else None
+            for x in (*inputs, *kwargs.values())
+        ],
+    )
+
+
+def canonical_leaves(leaves: list, name: str, error: type) -> list:
+    """`canonical_leaf` of each leaf, an array that is canonical already passed inline (this runs
+    on every call of a step)."""
+    return [
+        x if type(x) is np.ndarray and x.dtype in _CANONICAL else canonical_leaf(x, name, error)
+        for x in leaves
+    ]
 
 
 def canonical(name: str, inputs, error: type, *, lenient: bool = False):

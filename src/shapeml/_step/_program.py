@@ -2,11 +2,13 @@
 
 Equal for equal steps, so `jax.jit`, which keys its caches on the function, shares a trace and a
 compiled program between the shells of equal steps. The step's checks (`_checks.coded_check`) are
-computed first, through `checkify`, and the step runs only when they all pass.
+computed first, through `checkify`, and the step runs only when they all pass. Bounds checks of
+an input as it came are recorded for the shell to run on the host instead (`host_checks`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import jax
@@ -16,10 +18,10 @@ from jax.experimental import checkify
 
 from .. import _jax_internals as jxi
 from .._errors import ShapemlError
-from ._checks import tracing_step
+from ._checks import StepTrace, tracing_step
 from ._inputs import check_call
 
-__all__ = ["CarryChangedError", "Program", "changes"]
+__all__ = ["CarryChangedError", "Program", "changes", "host_key"]
 
 
 class CarryChangedError(
@@ -57,6 +59,10 @@ class Program:
             self._key = key
         except TypeError:  # an unhashable step: this shell's own program
             self._hash, self._key = id(self), object()
+        # The host checks each trace recorded, by `host_key`: metadata of a trace, not a compile
+        # cache (`jax.jit` keeps the programs). Shared by equal programs, since `jax.jit` runs a
+        # trace of one for the others without running Python.
+        self.host_checks = _HOST_CHECKS.setdefault(self, {})
 
     def __hash__(self) -> int:
         return self._hash
@@ -70,8 +76,10 @@ class Program:
         if self.takes is not None:  # once per trace: a new input signature
             check_call(self.name, self.takes, *jax.tree.unflatten(in_def, inputs))
         out_def = []
+        trace = StepTrace(host=not self.only_checks)  # the checks program keeps every check
 
         def run(model, carry, inputs):
+            trace.inputs = inputs
             args, kwargs = jax.tree.unflatten(in_def, inputs)
             out, new = self.step(
                 jax.tree.unflatten(self.model_def, model),
@@ -91,9 +99,13 @@ class Program:
             out_def.append(tree)
             return out_leaves, new_leaves
 
-        with tracing_step():  # the checks are in this program: no eqx.error_if in the step
+        with tracing_step(trace):  # the checks are in this program: no eqx.error_if in the step
             closed = jax.make_jaxpr(run)(model, carry, inputs)
         self.traces += 1
+        if trace.host is not None:  # each check once (a row read, then written: one check)
+            self.host_checks[host_key(in_def, inputs)] = tuple(dict.fromkeys(trace.host))
+            # This trace may be the one later equal programs run (its first tracer has gone).
+            _HOST_CHECKS.setdefault(self, self.host_checks)
         flat_args = [*model, *carry, *inputs]
         n_out = len(closed.out_avals) - len(carry)
         if not jxi.has_checks(closed.jaxpr):
@@ -121,6 +133,18 @@ class Program:
         state = [~failed, *zeros, *carry]
         results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
         return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
+
+
+# Each program's host checks (`host_key -> tuple[HostCheck, ...]`), found by an equal program,
+# while the program lives: weak, so a shell and its carry go with their program.
+_HOST_CHECKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def host_key(in_def, leaves: Sequence) -> tuple:
+    """What a trace's host checks are keyed by: what the shell passes `jax.jit` as its static
+    argument (the inputs' structure) and the inputs' shapes and dtypes (a check's bounds may
+    depend on them: `span(pos, x.shape[0])`)."""
+    return in_def, *[(x.shape, x.dtype) for x in leaves]
 
 
 def changes(old: Sequence, old_def, new: Sequence, new_def) -> str:

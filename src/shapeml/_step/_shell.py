@@ -8,9 +8,12 @@ uploaded once and never donated. `jax.jit` caches it: a new input signature trac
 shell of an equal step (a new `TrainStep` of the same loss and options) runs the program an earlier
 one compiled. Checks in the step (`_checks.coded_check`, e.g. `state.check_index`) run inside that
 program, through `checkify` (`_program.py`): the step runs only when they all pass, so a bad index
-writes nothing, and the shell reads one flag per call and raises the coded error. A step is traced
-for Auto mesh axes whatever its values' mesh kind, and a carry spread over several CPU devices
-runs one step at a time (`_devices.py` says why).
+writes nothing, and the shell reads one flag per call and raises the coded error. A bounds check of
+an index that is itself an input (`graph(x, pos=7)`) is recorded while tracing and run by the shell
+on the concrete input before it dispatches (`_checks.host_check`): a program left without checks
+returns no flag, and its calls never wait on the device. A step is traced for Auto mesh axes
+whatever its values' mesh kind, and a carry spread over several CPU devices runs one step at a
+time (`_devices.py` says why).
 """
 
 from __future__ import annotations
@@ -29,11 +32,13 @@ from ._inputs import (
     StepInputError,
     TooWideError,
     canonical_leaf,
+    canonical_leaves,
+    flat_signature,
     named_leaves,
     saturated,
     too_wide,
 )
-from ._program import CarryChangedError, Program, changes
+from ._program import CarryChangedError, Program, changes, host_key
 
 __all__ = ["CarryChangedError", "Shell", "StepInputError"]
 
@@ -94,6 +99,10 @@ class Shell:
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
         shardings = (None, [x.sharding for x in self._carry], None, None)
         self._program = program
+        self._host_checks = program.host_checks
+        # `flat_signature -> (inputs' structure, keyword order, host checks)`: a flat call's fast
+        # path, one entry per signature this shell was called with (as `jax.jit` keeps a program)
+        self._fast: dict[tuple, tuple] = {}
         self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
         checks = Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
         self._checks = jax.jit(checks, static_argnums=0)
@@ -141,9 +150,28 @@ class Shell:
 
     # running ------------------------------------------------------------------------------------
     def __call__(self, *inputs, **kwargs):
-        """Runs the step, the carry donated: its checks inside the program first (a failed one
-        raises and changes nothing). Returns the outputs."""
-        in_def, leaves = self._inputs(inputs, kwargs)
+        """Runs the step, the carry donated: its checks first, on the host for an index that is an
+        input, else inside the program (a failed one raises and changes nothing). Returns the
+        outputs."""
+        return self.run(inputs, kwargs)
+
+    def run(self, inputs: tuple, kwargs: dict):
+        """`shell(*inputs, **kwargs)`, for a caller that holds them packed already."""
+        sig = flat_signature(inputs, kwargs)
+        fast = self._fast.get(sig)
+        if fast is not None:  # a flat call seen before: its structure and host checks are known
+            in_def, order, int_, host = fast
+            try:
+                leaves = [
+                    np.asarray(x, int_) if type(x) is int else x
+                    for x in (*inputs, *[kwargs[k] for k in order])
+                ]
+            except OverflowError:  # an int too wide for JAX's: the full path says which error
+                fast = None
+        if fast is None:
+            in_def, leaves, host = self._full(inputs, kwargs, sig)
+        for check in host:  # before dispatch: a failed one raises and the carry stays as it is
+            check.verify(leaves)
         if self._paced:  # the previous step has finished before this one is queued
             jax.block_until_ready(self._carry)
         try:
@@ -151,9 +179,41 @@ class Shell:
         except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
             _drop_jax_note(e)
             raise
-        if failed is not None and failed:  # the one read of the call: a bool
+        if failed is not None and failed:  # the program's own checks: one bool read
             _raise(err)
         return out
+
+    def _full(self, inputs: tuple, kwargs: dict, sig: tuple) -> tuple[Any, list, tuple]:
+        """The inputs' structure, their canonical leaves and the host checks of their signature
+        (tracing the step for a new one); remembered for the fast path when the call is flat and
+        its leaves are canonical as they came, but for Python ints (`sig`)."""
+        in_def, leaves = self._inputs(inputs, kwargs)
+        host = self._host_checks.get(host_key(in_def, leaves))
+        if host is None:  # a new input signature: traced now, which records its host checks
+            host = self._trace(in_def, leaves)
+        if host is None:  # not recorded where this shell can see: checked by the checks program
+            self._check(in_def, leaves)
+            return in_def, leaves, ()
+        order = sorted(kwargs)  # the order in which a dict's leaves are flattened
+        flat = [*inputs, *[kwargs[k] for k in order]]
+        # `sig` has no None: each input is a numpy array or an int, a leaf; the arrays unchanged
+        if (
+            None not in sig
+            and not self._explicit
+            and all(x is y for x, y in zip(flat, leaves, strict=True) if type(x) is not int)
+        ):
+            self._fast[sig] = (in_def, order, _int_dtype(leaves, flat), host)
+        return in_def, leaves, host
+
+    def _trace(self, in_def, leaves: list) -> tuple | None:
+        """Traces the step for a new input signature (the call after runs this trace, through
+        `jax.jit`'s cache) and returns the host checks it recorded (None if none is found)."""
+        try:
+            self._jitted.trace(in_def, self._model, self._carry, leaves)
+        except ShapemlError as e:  # raised while tracing the step (E1410, E1414, ...)
+            _drop_jax_note(e)
+            raise
+        return self._host_checks.get(host_key(in_def, leaves))
 
     def compiled(self, *inputs, **kwargs) -> Any:
         """The compiled step for these inputs (compiling it if needed, running nothing): a
@@ -182,9 +242,9 @@ class Shell:
 
     def _inputs(self, inputs: tuple, kwargs: dict) -> tuple[Any, list]:
         """The inputs' structure and their leaves made canonical (`_inputs.canonical`)."""
-        leaves, in_def = jax.tree.flatten((inputs, kwargs))
+        leaves, in_def = jax.tree_util.tree_flatten((inputs, kwargs))
         try:
-            leaves = [canonical_leaf(x, self.name, StepInputError) for x in leaves]
+            leaves = canonical_leaves(leaves, self.name, StepInputError)
         except TooWideError:
             self._too_wide(inputs, kwargs)
         if self._explicit:
@@ -237,6 +297,11 @@ def _raise(err) -> None:
     if coded is None:
         err.throw()  # a check of the user's own: checkify's error, as it reports it
     raise coded
+
+
+def _int_dtype(leaves: list, inputs: list):
+    """The dtype the Python ints among `inputs` became in `leaves` (None if there are none)."""
+    return next((y.dtype for x, y in zip(inputs, leaves, strict=True) if type(x) is int), None)
 
 
 def _shown(value) -> str:

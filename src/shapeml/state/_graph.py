@@ -169,8 +169,9 @@ class Graph(GraphAccess):
                 f"`{type(self).__name__}.body` ran the graph again from inside itself",
                 fix="call helper functions from body, not the graph",
             )
-        self._weights()  # E1404 while a weight declared by shape is unbound
-        return self._shell_now()(*inputs, **per_call)
+        if self._unbound:
+            self._weights()  # raises E1404: a weight declared by shape is unbound
+        return (self._shell or self._shell_now()).run(inputs, per_call)
 
     def reference(self, *inputs, **per_call):
         """Runs `body` eagerly on the host, against the host mirror of the state (`.host`).

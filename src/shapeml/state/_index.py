@@ -12,6 +12,8 @@ checked twice over, by two of JAX's own mechanisms, so that it is caught whereve
 
 While the shell traces a step (`_step._checks.in_step()`), the `eqx.error_if` is left out: the
 step's program checks its indices itself, and a host callback in a program would cost every call.
+An index that is itself one of the step's inputs (`graph(x, pos=7)`) is checked by the shell on the
+host before the call instead (`_step._checks.host_check`): the program then reads no flag for it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from .. import _jax_internals as jxi
 from .._errors import ShapemlError
-from .._step._checks import coded_check, in_step
+from .._step._checks import coded_check, host_check, in_step
 from .._traceback import api_boundary
 from .._validate import shorten
 
@@ -295,10 +297,12 @@ def check_index(
     if checks is not None:
         checks.record(idx, size, what=what, extent=extent)
     else:
-        ok = in_bounds(idx, size, extent)
-        # `{}` is checkify's slot for the runtime value; braces in `what` are escaped for it.
+        # `{}` is the slot for the runtime value; braces in `what` are escaped for it.
         shown = what.replace("{", "{{").replace("}", "}}")
         message = index_message(shown, size, extent, "{}")
+        if host_check(idx, 0, size - extent, StateIndexError, message, _fix(size, extent)):
+            return idx if idx.dtype == _int() else idx.astype(_int())  # the shell checks it
+        ok = in_bounds(idx, size, extent)
         coded_check(ok, StateIndexError, message, _fix(size, extent), idx)
         if error_in_jit and not in_step():
             # eqx.error_if, not a cond: it stays correct under vmap, failing if any element is out.
