@@ -156,7 +156,33 @@ def _execute(nb, cwd: Path) -> list[str]:
                 problems.append(f"cell {i} should raise {code} but raised: {errors[:300]}")
         elif code is not None and code not in _text(cell.outputs, "stderr"):
             problems.append(f"cell {i} should warn {code} but its stderr does not show it")
+        elif code is not None and (where := _warned_at(cell)) != "the cell":
+            problems.append(f"cell {i}'s warning {code} points at {where}, not at the cell")
     return problems
+
+
+# Where a warning shown in a cell's stderr points (`file:line: Category: ...`): ipykernel names a
+# cell's code `<tmp>/ipykernel_<pid>/<hash>.py`.
+WARNED_AT = re.compile(r"^(\S+?):(\d+): \w+Warning: ", re.M)
+
+
+def _warned_at(cell) -> str:
+    """ "the cell" when each warning in `cell`'s stderr points at the cell's own code (its file is
+    ipykernel's for the cell and the line shown under it is one of the cell's), else the file."""
+    stderr = _text(cell.outputs, "stderr")
+    for m in WARNED_AT.finditer(stderr):
+        shown = stderr[m.end() :].split("\n")
+        source_line = next(
+            (
+                x.strip()
+                for x in shown[1:]
+                if x.startswith("  ") and not x.lstrip().startswith(("help:", "(run"))
+            ),
+            "",
+        )
+        if "ipykernel_" not in m[1] or source_line not in cell.source:
+            return f"{m[1]}:{m[2]}"
+    return "the cell"
 
 
 # The most lines of error output an error cell may show. IPython's own display of an error: its
@@ -241,6 +267,42 @@ def test_the_executor_catches_missing_wrong_and_unexpected_errors(tmp_path):
     broken = nbformat.v4.new_notebook(cells=[cell("raise RuntimeError('not expected')")])
     with pytest.raises(CellExecutionError, match="not expected"):
         _execute(broken, tmp_path)
+
+
+def test_a_warning_in_a_notebook_names_the_cell_once_per_cause(tmp_path):
+    """W1101 from `sm.value_and_grad` (called directly and under `jax.jit`, traced twice) points
+    at the cell's own lines, as a script's would, not at JAX's or IPython's frames."""
+    setup = """
+import jax, jax.numpy as jnp
+from jaxtyping import Array, Float
+import shapeml as sm
+
+class Net(sm.Model):
+    dims = sm.Dims(D=3)
+    a: Float[Array, "D"] = sm.param(sm.ones)
+    b: Float[Array, "D"] = sm.param(sm.ones)
+
+def loss(m):
+    return jnp.sum(m.a)
+"""
+    warns = """# expect: W1101
+_ = sm.value_and_grad(loss, Net.init(seed=0))
+step = jax.jit(lambda m: sm.value_and_grad(loss, m)[0])
+_ = step(Net.init(seed=0)), step(Net.init(seed=0, D=4))  # a second trace, the same cause
+"""
+    cells = [nbformat.v4.new_code_cell(setup), nbformat.v4.new_code_cell(warns)]
+    nb = nbformat.v4.new_notebook(cells=cells)
+    assert _execute(nb, tmp_path) == []
+    stderr = _text(nb.cells[1].outputs, "stderr")
+    lines = [m[1] for m in WARNED_AT.finditer(stderr)]
+    assert len(lines) == 2 and all("ipykernel_" in x for x in lines), stderr
+    assert "_ = sm.value_and_grad(loss, Net.init(seed=0))" in stderr, stderr
+    assert "step = jax.jit(lambda m: sm.value_and_grad(loss, m)[0])" in stderr, stderr
+    assert "interactiveshell" not in stderr and "jax/" not in stderr, stderr
+    at_ipython = re.sub(r"^\S+?:\d+:", "/x/IPython/core/shell.py:9:", stderr, count=1, flags=re.M)
+    out = nbformat.v4.new_output("stream", name="stderr", text=at_ipython)
+    cell = nbformat.v4.new_code_cell(warns, outputs=[out])
+    assert _warned_at(cell) == "/x/IPython/core/shell.py:9"  # what tutorial 02 showed before
 
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from . import _jax_internals as jxi
 from ._errors import ShapemlError, ShapemlWarning
+from ._traceback import user_stacklevel
 from .models._introspect import dotted_name
 
 __all__ = ["DeadParamWarning", "LossShapeError", "NoParamsReadError", "check_reads", "scalar_loss"]
@@ -103,7 +104,7 @@ def _report(names: list[str], unread: list[str], loss_name: str, model_name: str
                 "gradient is always zero",
                 fix="use it in the forward, remove it, or make it an sm.buffer if it isn't trained",
             ),
-            stacklevel=5,
+            stacklevel=user_stacklevel(),
         )
 
 

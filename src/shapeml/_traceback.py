@@ -29,7 +29,9 @@ from typing import TypeVar
 import equinox as eqx
 import jax
 
-__all__ = ["ENV", "api_boundary", "filtering", "is_boundary", "user_traceback"]
+__all__ = [
+    "ENV", "api_boundary", "filtering", "is_boundary", "user_stacklevel", "user_traceback",
+]  # fmt: skip
 
 T = TypeVar("T")
 
@@ -202,6 +204,27 @@ def user_traceback(tb: types.TracebackType | None) -> types.TracebackType | None
     for entry in reversed(kept):
         out = types.TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     return out
+
+
+def user_stacklevel() -> int:
+    """The `stacklevel` that makes a warning raised by the caller point at the user's line: the
+    first frame outward that is not shapeml's, a library's it is built on or Python's own (the
+    frames `user_traceback` removes), so a warning names the script's line or the notebook's cell
+    whichever JAX transformations and shapeml calls lie between. (Python 3.12's
+    `skip_file_prefixes` does the same by folder.)"""
+    frame = sys._getframe(1)
+    while frame is not None and _checker(frame.f_code.co_filename):
+        frame = frame.f_back  # a type checker's wrapper around this function (a test's hook)
+    level, frame = 2, frame and frame.f_back  # 1: the caller, which calls `warnings.warn`
+    while frame is not None and _hidden(frame.f_code.co_filename):
+        level, frame = level + 1, frame.f_back
+    return level if frame is not None else 1
+
+
+def _checker(filename: str) -> bool:
+    checkers = (sys.modules.get(n) for n in ("jaxtyping", "beartype"))
+    folders = [os.path.realpath(f) for m in checkers for f in getattr(m, "__path__", ())]
+    return filename.startswith(_GENERATED) or any(_inside(filename, f) for f in folders)
 
 
 def _cut_internal_chain(e: BaseException) -> None:

@@ -24,6 +24,7 @@ import numpy as np
 from safetensors import SafetensorError, TensorSpec, safe_open, serialize_file
 
 from .._errors import ArgumentTypeError, ShapemlError
+from .._traceback import user_stacklevel
 from .._validate import instance, integer, shorten
 from ._atomic import atomic_path
 from ._errors import (
@@ -313,6 +314,6 @@ def read_safetensors(
                 fix="load an earlier checkpoint, or pass allow_nonfinite=True if they are meant "
                 "to be there",
             ),
-            stacklevel=3,
+            stacklevel=user_stacklevel(),
         )
     return arrays, metadata

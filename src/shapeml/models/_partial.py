@@ -9,7 +9,6 @@ decides, entry by entry, and completes the arrays the checkpoint codec then buil
 from __future__ import annotations
 
 import dataclasses
-import sys
 import typing
 import warnings
 from collections.abc import Mapping
@@ -19,7 +18,7 @@ import jax
 import numpy as np
 
 from .._errors import ArgumentError, ShapemlWarning, similar
-from .._traceback import api_boundary
+from .._traceback import api_boundary, user_stacklevel
 from .._validate import choice, instance
 from ._checks import key_of, statics_of
 from ._mapped import child_dims
@@ -262,21 +261,13 @@ def complete_entries(
     return out, report, problems
 
 
-def _internal(module: str) -> bool:
-    """Whether a frame of `module` is shapeml's own (or a type checker's wrapper around it)."""
-    return module.split(".")[0] in ("shapeml", "jaxtyping", "beartype")
-
-
 def warn_partial(report: LoadReport) -> None:
     """W1302 with the report, located at the first frame outside shapeml (the user's call)."""
-    level, frame = 2, sys._getframe(1)  # 2: the caller of this function
-    while frame is not None and _internal(frame.f_globals.get("__name__", "")):
-        level, frame = level + 1, frame.f_back
     w = PartialLoadWarning(
         str(report), fix="pass report=True to get the report instead of this warning"
     )
     w.report = report  # for a program that records warnings
-    warnings.warn(w, stacklevel=level)
+    warnings.warn(w, stacklevel=user_stacklevel())
 
 
 def check_report_flag(report: Any) -> bool:
