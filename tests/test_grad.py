@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.test_util import check_grads
-from jaxtyping import Array, Float
+from jaxtyping import Array, Float, Int
 
 import shapeml as sm
 from shapeml.data import shapes
@@ -264,3 +264,59 @@ def test_the_analysis_does_not_keep_lambdas_alive(batch):
     del loss, box
     gc.collect()
     assert ref() is None
+
+
+class Counted(sm.Model):
+    """A float buffer (which `eqx.is_inexact_array` takes for trained) and an int buffer."""
+
+    dims = sm.Dims(I=3, O=2)
+    w: Float[Array, "I O"] = sm.param(sm.normal())
+    b: Float[Array, " O"] = sm.param(sm.normal(), decay=False)
+    scale: Float[Array, " O"] = sm.buffer(sm.ones)
+    seen: Int[Array, " O"] = sm.buffer(sm.zeros, dtype=jnp.int32)
+
+
+def counted_loss(m, x, y):
+    return jnp.mean(((x @ m.w + m.b[None]) * m.scale[None] - y) ** 2) + 0.0 * jnp.sum(m.seen)
+
+
+def test_is_param_keeps_buffers_out_of_eqx_filter_grad_and_optax(batch):
+    """The README's recipe for equinox users: partition by `sm.is_param(m)`, then
+    `eqx.filter_grad` and plain optax train exactly what `sm.grad` and `optim.adamw` do."""
+    import equinox as eqx
+    import optax
+
+    from shapeml import optim
+
+    x, y = batch
+    m = Counted.init(seed=0)
+    spec = sm.is_param(m)
+    assert jax.tree.leaves(spec) == [True, True, False, False]
+    naive = eqx.filter_grad(counted_loss)(m, x, y)  # what the filter is for
+    assert float(jnp.abs(naive.scale).max()) > 0, "a float buffer gets a gradient"
+    with pytest.raises(TypeError, match="int32"):  # JAX's rule: README says jax.grad needs floats
+        jax.grad(counted_loss)(m, x, y)
+
+    params, rest = eqx.partition(m, spec)
+    g = eqx.filter_grad(lambda p: counted_loss(eqx.combine(p, rest), x, y))(params)
+    ref = sm.grad(counted_loss, m, x, y)
+    assert g.scale is None and g.seen is None
+    np.testing.assert_allclose(g.w, ref.w, rtol=1e-6)
+    np.testing.assert_allclose(g.b, ref.b, rtol=1e-6)
+
+    tx = optax.adamw(1e-2, weight_decay=0.1, mask=optim.decay_mask())
+    state = tx.init(params)
+    mine, opt = m, optim.adamw(m, lr=1e-2, weight_decay=0.1)
+    for _ in range(3):
+        params, rest = eqx.partition(m, sm.is_param(m))
+        g = eqx.filter_grad(lambda p, rest=rest: counted_loss(eqx.combine(p, rest), x, y))(params)
+        updates, state = tx.update(g, state, params)
+        m = eqx.apply_updates(m, updates)
+        mine, opt = optim.update(mine, opt, sm.grad(counted_loss, mine, x, y))
+    for name, value in sm.params(mine).items():
+        np.testing.assert_allclose(sm.params(m)[name], value, rtol=1e-5, atol=1e-7)
+    assert sm.buffers(m).keys() == sm.buffers(mine).keys()
+    for name, value in sm.buffers(Counted.init(seed=0)).items():
+        np.testing.assert_array_equal(sm.buffers(m)[name], value)  # untouched
+    with pytest.raises(sm.ArgumentTypeError, match="E0003"):
+        sm.is_param({"w": m.w})

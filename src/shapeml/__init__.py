@@ -43,6 +43,7 @@ from .models import buffer as buffer
 from .models import buffers as buffers
 from .models import count_params as count_params
 from .models import full as full
+from .models import is_param as is_param
 from .models import normal as normal
 from .models import ones as ones
 from .models import param as param
@@ -82,6 +83,7 @@ __all__ = [
     "hoisting",
     "HoistReport",
     "int8",
+    "is_param",
     "load",
     "memory_report",
     "partition_specs",

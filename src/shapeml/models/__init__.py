@@ -16,6 +16,7 @@ from ._initializers import uniform as uniform
 from ._initializers import zeros as zeros
 from ._introspect import buffers as buffers
 from ._introspect import count_params as count_params
+from ._introspect import is_param as is_param
 from ._introspect import params as params
 from ._limits import DEFAULT_MAX_BYTES as DEFAULT_MAX_BYTES
 from ._load import load as load
@@ -37,6 +38,7 @@ __all__ = [
     "buffers",
     "count_params",
     "full",
+    "is_param",
     "load",
     "normal",
     "ones",

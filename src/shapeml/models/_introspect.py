@@ -22,6 +22,7 @@ __all__ = [
     "count_params",
     "declared",
     "decays",
+    "is_param",
     "param_mask",
     "params",
     "statics",
@@ -130,6 +131,27 @@ def param_mask(m: Model):
     paired with its declaration by its dotted path, not by position)."""
     kinds = {name: spec.kind for name, spec, _ in _walk(m, split=False)}
     return jax.tree_util.tree_map_with_path(lambda p, _: kinds[dotted_name(p)] == "param", m)
+
+
+@api_boundary
+@typing.no_type_check  # validates its arguments itself, with coded errors
+def is_param(m: Model):
+    """An equinox filter spec for `m`'s params: a pytree like `m` with True at each param and
+    False at each buffer, so equinox and optax code trains the params only.
+
+    `eqx.filter_grad` and `eqx.is_inexact_array` take every float array for a trained one, a
+    float buffer (BatchNorm's statistics, a frozen table) included, while shapeml's `sm.grad` and
+    optimizers never touch a buffer. Partition with this filter first: the params tree is what
+    `eqx.filter_grad` and an optax optimizer see, and `eqx.combine` puts the model back together.
+
+    Example:
+        >>> params, rest = eqx.partition(m, sm.is_param(m))  # buffers go to `rest`
+        >>> g = eqx.filter_grad(lambda p: loss(eqx.combine(p, rest), x, y))(params)
+        >>> opt_state = tx.init(params)  # any optax transformation, params only
+        >>> updates, opt_state = tx.update(g, opt_state, params)
+        >>> m = eqx.apply_updates(m, updates)  # buffers unchanged
+    """
+    return param_mask(_model("is_param", m))
 
 
 def declared(
