@@ -7,6 +7,11 @@
   become mkdocs-autorefs references (the strict build fails on one it cannot resolve), with
   backlinks: the guide needs no link markup.
 - no build-machine path in a page: scrubbed from the notebooks' outputs, else a strict failure.
+- repository paths in inline code (`tests/test_grad.py`) link to the file in the repository.
+- the error index names each code's class (linked when public); no private `shapeml._` name shows
+  (mkdocstrings' hover titles of names it cannot link).
+- the search index tags each API entry with its name, so searching a name finds its entry first.
+- the footer shows the version (`copyright`).
 """
 
 from __future__ import annotations
@@ -48,6 +53,11 @@ def executed() -> set[str]:
 
 
 def on_config(config):
+    import shapeml
+
+    global REPO_URL
+    REPO_URL = (config.repo_url or REPO_URL).rstrip("/")
+    config.copyright = f"shapeml {shapeml.__version__}, Apache-2.0"
     ignore = [f"*/tutorials/{stem}.ipynb" for stem in sorted(set(STEMS) - executed())]
     config.plugins["mkdocs-jupyter"].config["execute_ignore"] = ignore
     os.environ.pop("MPLBACKEND", None)  # the kernels inherit it: `Agg` would leave out the plots
@@ -111,33 +121,97 @@ REPO_LINK = re.compile(r"\]\(\.\./((?:tutorials|examples)/[\w/]+?)(\.py|\.ipynb)
 def on_page_markdown(markdown: str, page, config, files) -> str:
     if page.file.generated_by:
         return markdown
+    if page.file.src_uri == "errors.md":
+        markdown = name_error_classes(markdown)
     return REPO_LINK.sub(lambda m: f"]({m[1]}{'.md' if m[2] == '.py' else m[2]}", markdown)
+
+
+@functools.cache
+def error_classes() -> dict[str, type]:
+    """Each code -> the class that declares it (`E0901` -> `UnknownFieldError`)."""
+    import shapeml
+    from shapeml import _errors
+
+    _errors._load_code_modules()
+    found, todo = {}, [shapeml.ShapemlError, shapeml.ShapemlWarning]
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        if "code" in cls.__dict__:
+            found[cls.code] = cls
+    return found
+
+
+@functools.cache
+def public_classes() -> dict[type, str]:
+    """Each public class -> the identifier of its API entry."""
+    found = {}
+    for package in docs_gen.public_packages():
+        for name, obj in docs_gen.exported(package).items():
+            if isinstance(obj, type):
+                found.setdefault(obj, docs_gen.home(package, name, obj))
+    return found
+
+
+def error_class_line(code: str) -> str:
+    """The sentence under a code's heading on the error index that names its class: linked when
+    it is public, else with the public classes to catch it by."""
+    cls, public = error_classes()[code], public_classes()
+    if cls in public:
+        return f"Raised as [`{cls.__name__}`][{public[cls]}]."
+    bases = [b for b in cls.__mro__[1:] if b in public or b.__module__ == "builtins"]
+    bases = [b for b in bases if b not in (object, BaseException, Exception, Warning)]
+    named = ", ".join(f"[`{b.__name__}`][{public[b]}]" if b in public else f"`{b.__name__}`"
+                      for b in bases)  # fmt: skip
+    return f"Raised as `{cls.__name__}`, caught as {named}."
+
+
+def name_error_classes(markdown: str) -> str:
+    heading = re.compile(r"^(## ([EW]\d{4})\b.*)$", re.M)
+    return heading.sub(lambda m: f"{m[1]}\n\n{error_class_line(m[2])}", markdown)
 
 
 TAG = re.compile(r"(<[^>]*>)")
 SCOPES = re.compile(r"<(/?)(a|autoref|pre|h[1-6])\b(?:[^>]*\bid=\"([^\"]*)\")?")
 
 
-def link_html(text: str, backlinks: bool) -> str:
+REPO_PATH = re.compile(r"(?:\.ci|src|tests|benchmarks|examples|tutorials|scripts|docs)/[\w./-]*"
+                       r"|(?:pyproject\.toml|README\.md|mkdocs\.yml)")  # fmt: skip
+REPO_URL = "https://github.com/shapeml/shapeml"  # mkdocs.yml's repo_url, set by on_config
+
+
+def repo_link(code: str) -> str | None:
+    """The repository URL of inline `code` when it is a path in the repository."""
+    path = html.unescape(code).strip()
+    if not REPO_PATH.fullmatch(path) or not (ROOT / path).exists():
+        return None
+    kind = "tree" if (ROOT / path).is_dir() else "blob"
+    return f"{REPO_URL}/{kind}/main/{path.rstrip('/')}"
+
+
+def link_html(text: str, backlinks: str | None) -> str:
     """Inline code naming an API object, and error codes, in rendered HTML as autorefs (with
-    `backlinks`, the entry lists this page's section that uses it)."""
-    parts, depth, section = TAG.split(text), {"a": 0, "pre": 0, "h": 0}, ""
+    `backlinks`, an anchor of the page, the entry lists this page as using it); inline code naming
+    a repository path as a link to the file."""
+    parts, depth = TAG.split(text), {"a": 0, "pre": 0, "h": 0}
     codes = collections.defaultdict(str, error_ids())  # an unknown code fails the strict build
 
     def ref(ident: str, fallback: str) -> str:  # autorefs links `fallback` if `ident` is unknown
-        back = backlinks and section and f'backlink-type="used-by" backlink-anchor="{section}"'
+        back = backlinks and f'backlink-type="used-by" backlink-anchor="{backlinks}"'
         return f'<autoref identifier="{ident}" slug="{fallback}" {back or ""}>'
 
     for i in range(0, len(parts), 2):
         if i and (m := SCOPES.match(parts[i - 1])):
             key = "a" if m[2] == "autoref" else m[2][0] if m[2][0] == "h" else m[2]
             depth[key] = max(0, depth[key] + (-1 if m[1] else 1))
-            section = m[3] or section
         if depth["a"] or depth["h"] or not parts[i].strip():
             continue
         code = not depth["pre"] and parts[i - 1 : i] == ["<code>"]
         if code and parts[i + 1 : i + 2] == ["</code>"] and (found := resolve(parts[i])):
             parts[i - 1], parts[i + 1] = f"{ref(*found)}<code>", "</code></autoref>"
+            continue
+        if code and parts[i + 1 : i + 2] == ["</code>"] and (url := repo_link(parts[i])):
+            parts[i - 1], parts[i + 1] = f'<a href="{url}"><code>', "</code></a>"
             continue
         parts[i] = ERROR.sub(lambda e: f"{ref(codes[e[0]], codes[e[0]])}{e[0]}</autoref>", parts[i])
     return "".join(parts)
@@ -188,4 +262,68 @@ def on_page_content(content: str, page, config, files) -> str:
             content = QUICK_NOTE + content
     for path in machine_paths(content):  # a warning fails the strict build
         log.warning("%s: a path of the build machine: %s", src, path)
-    return link_html(content, backlinks=not src.startswith("api/"))
+    if src.startswith("api/"):
+        content = init_signatures(content)
+    return link_html(content, backlinks=backlink_anchor(src, content))
+
+
+SIGNATURE = re.compile(
+    r'(doc-signature highlight"><pre><span></span><code><span class="nf">)(\w+)(</span>)'
+)
+
+
+@functools.cache
+def model_classes() -> frozenset[str]:
+    """The API entries of `sm.Model` and its public subclasses (built with `Cls.init(...)`)."""
+    from shapeml.models import Model
+
+    return frozenset(i for cls, i in public_classes().items() if issubclass(cls, Model))
+
+
+def init_signatures(content: str) -> str:
+    """A model class's signature (its `init`'s, scripts/griffe_docstrings.py) as `Cls.init(...)`,
+    which is how it is built: `Cls(...)` is equinox's field-by-field constructor."""
+
+    def named(m: re.Match) -> str:
+        at = content.rfind(' id="', 0, m.start())
+        anchor = content[at + 5 : content.find('"', at + 5)]
+        if anchor in model_classes() and anchor.rsplit(".", 1)[-1] == m[2]:
+            return f'{m[1]}{m[2]}</span><span class="o">.</span><span class="n">init{m[3]}'
+        return m[0]
+
+    return SIGNATURE.sub(named, content)
+
+
+def backlink_anchor(src: str, content: str) -> str | None:
+    """The anchor an API entry's "Used in" links for page `src`: its title's, once per page, for a
+    guide page or a tutorial (not the home page, the error index, examples, solutions, API)."""
+    guide = "/" not in src and src not in ("index.md", "errors.md") and src.endswith(".md")
+    guide = guide and not src.startswith("examples_")
+    tutorial = re.fullmatch(r"tutorials/\d\d_\w+\.ipynb", src) is not None
+    title = re.search(r'<h1 id="([^"]+)"', content)
+    return title[1] if (guide or tutorial) and title else None
+
+
+PRIVATE_TITLE = re.compile(r' title="shapeml(?:\.\w+)*\._[a-z]\w*(?:\.\w+)*"')
+
+
+def on_post_page(output: str, page, config) -> str:
+    # mkdocstrings titles a name it shows unlinked with its full path, a private one included
+    return PRIVATE_TITLE.sub("", output)
+
+
+def on_post_build(config) -> None:
+    """Tags each API entry in the search index with its name (Material's search weighs a tag
+    match above all), so a search for `TrainStep` lists `shapeml.training.TrainStep` first."""
+    import json
+
+    path = Path(config.site_dir) / "search" / "search_index.json"
+    if not path.is_file():
+        return
+    index = json.loads(path.read_text(encoding="utf-8"))
+    homes = {ident for ident in api_names().values()}
+    for doc in index["docs"]:
+        anchor = doc["location"].partition("#")[2]
+        if doc["location"].startswith("api/") and anchor in homes:
+            doc["tags"] = [anchor.rsplit(".", 1)[-1]]
+    path.write_text(json.dumps(index, separators=(",", ":")), encoding="utf-8")

@@ -3,6 +3,9 @@ docstrings, which would otherwise be dropped or fail the strict build: `Example:
 lines (griffe reads `Examples:`); `a, b: description` in `Args:` or `Attributes:` (one entry per
 name); a `Raises:` section in prose (kept as a note titled "Raises"); a coded error's `__doc__`,
 set at run time by `shapeml._errors`; a public module constant's comment (on its line or above).
+It also shows how a model class is built, its `init` (whose signature each class makes from its
+dims and options at run time) in place of `Model.__init__`'s `(*, dims=None, **values)`, and
+leaves private base classes out of "Bases:".
 """
 
 from __future__ import annotations
@@ -86,8 +89,44 @@ def _comment_doc(obj: griffe.Object) -> str | None:
     return f"{text[:1].upper()}{text[1:]}" if text else None
 
 
+_KINDS = {
+    inspect.Parameter.POSITIONAL_ONLY: griffe.ParameterKind.positional_only,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD: griffe.ParameterKind.positional_or_keyword,
+    inspect.Parameter.VAR_POSITIONAL: griffe.ParameterKind.var_positional,
+    inspect.Parameter.KEYWORD_ONLY: griffe.ParameterKind.keyword_only,
+    inspect.Parameter.VAR_KEYWORD: griffe.ParameterKind.var_keyword,
+}
+
+
+def init_signature(cls: griffe.Class) -> griffe.Function | None:
+    """`cls.init` as griffe sees a constructor, for a `shapeml.Model` subclass (else None)."""
+    try:
+        value = griffe.dynamic_import(cls.path)
+        from shapeml.models import Model
+    except ImportError:
+        return None
+    if not (isinstance(value, type) and issubclass(value, Model)):
+        return None
+    params = [
+        griffe.Parameter(
+            p.name,
+            annotation=None if p.annotation is p.empty else str(p.annotation),
+            kind=_KINDS[p.kind],
+            default=None if p.default is p.empty else repr(p.default),
+        )
+        for p in inspect.signature(value.init).parameters.values()
+    ]
+    return griffe.Function("__init__", parameters=griffe.Parameters(*params), parent=cls)
+
+
 class HouseDocstrings(griffe.Extension):
-    """Fills the docstrings griffe does not see, then `normalize`s each before griffe parses it."""
+    """Fills the docstrings griffe does not see, then `normalize`s each before griffe parses it;
+    a model class's signature is its `init`'s; private bases are left out."""
+
+    def on_class_members(self, *, cls: griffe.Class, **kwargs) -> None:
+        cls.bases = [b for b in cls.bases if not str(b).rsplit(".", 1)[-1].startswith("_")]
+        if (init := init_signature(cls)) is not None:
+            cls.set_member("__init__", init)
 
     def on_object(self, *, obj: griffe.Object, **kwargs) -> None:
         if obj.docstring is None and not obj.is_alias:

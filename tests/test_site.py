@@ -185,6 +185,58 @@ def test_api_pages_have_summary_tables_and_errors_their_explanation(site):
     assert "(E1401)" in entry or "E1401</a>)" in entry, "an error class shows its explanation"
 
 
+def test_api_entries_show_how_to_build_a_model_and_hide_private_bases(site):
+    nn = (site / "api" / "nn" / "index.html").read_text(encoding="utf-8")
+    entry = nn.split('id="shapeml.nn.Linear"', 1)[1].split("doc-backlinks", 1)[0]
+    signature = re.sub(r"<[^>]+>", "", entry.split("doc-signature", 1)[1].split("</code>", 1)[0])
+    assert signature.startswith('highlight">Linear.init(') and "bias: bool = True" in signature
+    assert "dims: Dims" not in signature, signature  # not Model.__init__'s (*, dims, **values)
+    pages = [p.read_text(encoding="utf-8") for p in (site / "api").rglob("*.html")]
+    bases = [b for page in pages for b in re.findall(r"Bases: (.*?)</p>", page, re.S)]
+    assert bases and not [b for b in bases if re.search(r">_\w+<", b)], "a private base shows"
+    assert not [p for p in pages if docs_hooks.PRIVATE_TITLE.search(p)]
+
+
+def test_used_in_lists_guide_pages_and_tutorials_once_each(site):
+    api = (site / "api" / "optim" / "index.html").read_text(encoding="utf-8")
+    for entry in api.split('class="doc-backlinks')[1:]:
+        links = re.findall(r'href="([^"]+)"', entry.split("</div>", 1)[0])
+        pages = [link.split("#", 1)[0] for link in links]
+        assert len(pages) == len(set(pages)), f"a page twice in Used in: {links}"
+        for page in pages:
+            name = page.strip("./").split("/")[0]
+            assert name in {"tutorials"} | {p.stem for p in (ROOT / "docs").glob("*.md")}, page
+            assert not page.strip("./").startswith(("examples", "tutorials/solutions", "api"))
+
+
+def test_error_codes_name_their_class_and_the_home_page_installs_from_the_repository(site):
+    errors = (site / "errors" / "index.html").read_text(encoding="utf-8")
+    sections = errors.split("<h2 ")[1:]
+    assert len(sections) == len(docs_hooks.error_ids())
+    assert all("Raised as " in section for section in sections)
+    assert 'href="../api/state/#shapeml.state.StateIndexError"' in errors
+    home = (site / "index.html").read_text(encoding="utf-8")
+    import yaml
+
+    repo = yaml.safe_load((ROOT / "mkdocs.yml").read_text().split("docs_dir:")[0])["repo_url"]
+    assert f"git+{repo}" in home and f'href="{repo}"' in home  # the install line; the header
+    import shapeml
+
+    assert f"shapeml {shapeml.__version__}" in home  # the footer
+    architecture = (site / "architecture" / "index.html").read_text(encoding="utf-8")
+    assert f'href="{repo}/blob/main/tests/test_architecture.py"' in architecture  # a path
+
+
+def test_searching_a_name_finds_its_api_entry_by_its_tag(site):
+    import json
+
+    index = json.loads((site / "search" / "search_index.json").read_text(encoding="utf-8"))
+    tagged = {d["location"]: d["tags"] for d in index["docs"] if d.get("tags")}
+    assert tagged["api/training/#shapeml.training.TrainStep"] == ["TrainStep"]
+    assert tagged["api/state/#shapeml.state.KVCache"] == ["KVCache"]
+    assert all(location.startswith("api/") for location in tagged)
+
+
 def test_no_page_or_search_entry_shows_a_build_machine_path_and_the_sitemap_lists_pages(site):
     """The strict build fails on a path in a page; the search index and sitemap come after it."""
     problems = []
@@ -213,7 +265,12 @@ def _chromium() -> None:
 @_FORK_NOISE
 def test_the_site_works_in_headless_chromium(site):
     _chromium()
-    pages = [p for p in check_site.PAGES if p.name in ("home", "api")]  # the home page searches
+    searches = check_site.class_searches()  # each public class's name finds its entry first
+    assert (
+        len(searches) > 50 and searches["TrainStep"] == "api/training/#shapeml.training.TrainStep"
+    )
+    home, api = (p for p in check_site.PAGES if p.name in ("home", "api"))
+    pages = [home._replace(searches=searches), api]  # the home page searches
     pages.append(check_site.Page("tutorial", f"tutorials/{EXECUTED}/", "sm.hoist", min_plots=1))
     found = check_site.check_site(site, pages=pages)
     problems = [f"{name}: {p}" for name, problems in found.items() for p in problems]
@@ -231,18 +288,30 @@ def test_the_browser_check_catches_a_blank_page_a_broken_image_and_a_console_err
     )
     page = check_site.Page
     pages = [page("blank", "", ""), page("img", "img.html", "words"), page("err", "err.html", "")]
-    wide = "x = 1  # " + "a_long_comment_" * 30
-    (tmp_path / "wide").mkdir()
-    (tmp_path / "wide" / "index.html").write_text(
-        '<html><body><div class="md-content__inner" style="width: 600px">'
-        f"{text}<pre><code style='overflow: auto; display: block'>{wide}</code></pre>"
-        "</div></body></html>"
-    )
-    found = {k: " | ".join(v) for k, v in check_site.check_site(tmp_path, pages=pages).items()}
+    wide = "x = 1  # " + "a_long_comment_ " * 30
+    column = '<html><body><div class="md-content__inner" style="width: 600px">'
+    for name, body in {
+        # a code block that wraps; one that scrolls sideways is what the site wants
+        "wraps": f"<pre><code style='white-space: pre-wrap; display: block'>{wide}</code></pre>",
+        "scrolls": f"<pre><code style='overflow: auto; display: block'>{wide}</code></pre>",
+        "table": f"<table style='width: 900px'><tr><td>{wide}</td></tr></table>",
+        "private": "<p title='shapeml._io.FileMissingError'>FileMissingError</p>",
+        "issue": "<p>Measured when issue 21 was filed, within budget.</p>",
+    }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.html").write_text(f"{column}{text}{body}</div></body></html>")
+    found = check_site.check_site(tmp_path, pages=pages, guide={"", "issue/"})
+    found = {k: " | ".join(v) for k, v in found.items()}
     assert "blank" in found["blank"]
     assert "image did not load" in found["img"] and "missing.png" in found["img"]
     assert "console.error: boom" in found["err"] and "undefinedFn" in found["err"]
-    assert "wide/: a code" in found["widths"] and "600 px column" in found["widths"]
+    assert "wraps/: a code block wraps its lines" in found["widths"]
+    assert "scrolls/" not in found["widths"]
+    assert "table/: a table" in found["widths"] and "600 px column" in found["widths"]
+    assert "private/: a private name: shapeml._io" in found["widths"]
+    assert "issue/: developer material: 'issue 21'" in found["widths"]
+    assert "issue/: developer material: 'budget'" in found["widths"]
+    assert "/: the home page shows no code block" in found["widths"]
 
 
 def test_the_hooks_link_names_and_codes_and_scrub_and_find_build_machine_paths():
@@ -256,6 +325,17 @@ def test_the_hooks_link_names_and_codes_and_scrub_and_find_build_machine_paths()
     text = "Saved in /tmp/run-1/m.safetensors; see /home/me/x.py"
     assert docs_hooks.machine_paths(text) == ["/home/me", "/tmp/run-1"]
     assert "m.safetensors" in docs_hooks.scrub(text) and "/tmp" not in docs_hooks.scrub(text)
+    linked = docs_hooks.link_html(
+        "<p><code>tests/test_grad.py</code> <code>nope/x.py</code></p>", None
+    )
+    assert f'<a href="{docs_hooks.REPO_URL}/blob/main/tests/test_grad.py"><code>' in linked
+    assert "<code>nope/x.py</code>" in linked
+    assert docs_hooks.error_class_line("E1401").startswith("Raised as [`StateIndexError`][")
+    assert docs_hooks.error_class_line("E0901").startswith("Raised as `UnknownFieldError`, caught")
+    assert docs_hooks.backlink_anchor("models.md", '<h1 id="models">') == "models"
+    for src in ("index.md", "errors.md", "examples_digits.md", "api/nn.md", "examples/x.md"):
+        assert docs_hooks.backlink_anchor(src, '<h1 id="t">') is None, src
+    assert docs_hooks.backlink_anchor("tutorials/01_models.ipynb", '<h1 id="t">') == "t"
 
 
 def test_the_nav_is_docs_index_sections_then_the_generated_api_pages():
@@ -269,12 +349,15 @@ def test_the_nav_is_docs_index_sections_then_the_generated_api_pages():
     Loader.add_constructor("!ENV", lambda loader, node: None)
     config = yaml.load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"), Loader=Loader)
     nav = {title: pages for item in config["nav"] for title, pages in item.items()}
-    assert list(nav) == ["Home", "Tutorials", "Guide", "Examples", "API reference"], list(nav)
-    assert nav["API reference"] == "api/"
+    sections = ["Home", "Tutorials", "Guide", "Examples", "API reference", "Contributing"]
+    assert list(nav) == sections, list(nav)
+    assert nav["API reference"] == "api/" and nav["Contributing"] == "contributing.md"
+    assert "navigation.tabs" in config["theme"]["features"]  # each section one click away
     index = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
     notebooks = re.findall(r"\]\(\.\./(tutorials/\d\d_\w+\.ipynb)\)", index)
     assert nav["Tutorials"] == notebooks == sorted(notebooks)
-    linked = re.findall(r"\]\((\w+\.md)\)", index.split("## Conventions", 1)[0])
+    guide = index.split("## The guide", 1)[1].split("## Conventions", 1)[0]
+    linked = re.findall(r"\]\((\w+\.md)\)", guide)
     assert nav["Guide"] + nav["Examples"] == list(dict.fromkeys(linked)), "docs/index.md's order"
 
 

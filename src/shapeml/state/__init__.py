@@ -2,7 +2,7 @@
 
 A graph uploads its weights (`param`) once and keeps its states (`state`, together one `sm.Model`,
 `graph.states`) on the device across calls, updated in place by one pure compiled step (the one
-shell, `shapeml._step`); per-call indices are traced (no recompiles) and bounds-checked before the
+shell every stateful step uses); per-call indices are traced (no recompiles) and bounds-checked before the
 step runs (never clamped); `Graph.reference` runs the same body eagerly on the host.
 """
 
