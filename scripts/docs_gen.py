@@ -3,7 +3,8 @@ as which pages exist follows from the package and from files outside docs/.
 
 - `api/<name>.md` per public subpackage, rendered by mkdocstrings from its `__all__`, and their nav
   `api/SUMMARY.txt` (mkdocs-literate-nav); `sm.Model` is documented once, as `shapeml.models.Model`.
-- `tutorials/*.ipynb` (mkdocs-jupyter runs them there, in a scratch folder), links made site links;
+- `tutorials/*.ipynb` (mkdocs-jupyter runs them there, in a scratch folder, unless the test suite
+  ran them already: `SHAPEML_DOCS_NOTEBOOKS`), links made site links;
   `tutorials/solutions/*.md`, `examples/*.md`: a page showing each solution and example script.
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import pkgutil
 import posixpath
 import re
@@ -90,8 +92,17 @@ NOTEBOOK_LINKS = {
 }
 
 
+def executed_elsewhere() -> dict[str, Path]:
+    """The notebooks already executed for this build (`SHAPEML_DOCS_NOTEBOOKS`, a folder of
+    `NN_name.ipynb` with outputs: the test suite's run of them), by name: shown as they are."""
+    folder = os.environ.get("SHAPEML_DOCS_NOTEBOOKS")
+    return {p.stem: p for p in sorted(Path(folder).glob("*.ipynb"))} if folder else {}
+
+
 def notebook(path: Path) -> str:
-    """`path`'s JSON with its Markdown cells' links to repository files pointing at their pages."""
+    """`path`'s JSON (or its executed copy's, `executed_elsewhere`) with its Markdown cells' links
+    to repository files pointing at their pages."""
+    path = executed_elsewhere().get(path.stem, path)
     nb = json.loads(path.read_text(encoding="utf-8"))
     for cell in nb["cells"]:
         if cell["cell_type"] == "markdown":

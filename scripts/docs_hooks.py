@@ -2,6 +2,8 @@
 
 - `SHAPEML_DOCS_EXECUTE` picks the notebooks mkdocs-jupyter runs: `1` (default) all, `0` none
   (the quick build; such a page says so), or names; mkdocs.yml fixes the plugin's own options.
+  `SHAPEML_DOCS_NOTEBOOKS` names a folder of notebooks executed already (the test suite's run),
+  shown as they are and not run again.
 - the guide's `../tutorials/*.ipynb` and `../examples/*.py` links point at their site pages.
 - inline code naming a public API object (`sm.shard(m, mesh)`, `Graph`) and error codes (`E0901`)
   become mkdocs-autorefs references (the strict build fails on one it cannot resolve), with
@@ -44,12 +46,19 @@ notebook was not executed for this build (SHAPEML_DOCS_EXECUTE), so it shows no 
 
 
 def executed() -> set[str]:
-    """The tutorials (by name) this build runs, from `SHAPEML_DOCS_EXECUTE`."""
+    """The tutorials (by name) this build shows executed: those it runs (`SHAPEML_DOCS_EXECUTE`)
+    and those run before it (`SHAPEML_DOCS_NOTEBOOKS`, see scripts/docs_gen.py)."""
+    return to_run() | set(docs_gen.executed_elsewhere())
+
+
+def to_run() -> set[str]:
+    """The tutorials (by name) mkdocs-jupyter runs: `SHAPEML_DOCS_EXECUTE`, less those run
+    before the build."""
     value = os.environ.get("SHAPEML_DOCS_EXECUTE", "1").strip()
     run = set(STEMS) if value == "1" else {v.strip() for v in value.split(",") if v not in "0"}
     if unknown := run - set(STEMS):
         raise ValueError(f"SHAPEML_DOCS_EXECUTE: {sorted(unknown)} is not 1, 0 or one of {STEMS}")
-    return run
+    return run - set(docs_gen.executed_elsewhere())
 
 
 def on_config(config):
@@ -58,7 +67,7 @@ def on_config(config):
     global REPO_URL
     REPO_URL = (config.repo_url or REPO_URL).rstrip("/")
     config.copyright = f"shapeml {shapeml.__version__}, Apache-2.0"
-    ignore = [f"*/tutorials/{stem}.ipynb" for stem in sorted(set(STEMS) - executed())]
+    ignore = [f"*/tutorials/{stem}.ipynb" for stem in sorted(set(STEMS) - to_run())]
     config.plugins["mkdocs-jupyter"].config["execute_ignore"] = ignore
     os.environ.pop("MPLBACKEND", None)  # the kernels inherit it: `Agg` would leave out the plots
     return config

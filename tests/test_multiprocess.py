@@ -1,9 +1,12 @@
 """Real multi-process jobs on this machine: 2 processes x 2 forced CPU devices (gloo collectives,
 `jax.distributed` on 127.0.0.1) against 1 process x 4 devices and one device.
 
-Each test runs whole jobs of `tests/multiprocess_worker.py` as subprocesses, concurrently where
+One pipeline (the module fixture `jobs`) runs every multi-process case of the suite once, as
+whole jobs of `tests/multiprocess_worker.py` and of a cluster-joining script, concurrently where
 they are independent, each under a timeout (the launcher's, and the subprocess's above it) so
-nothing can hang the suite. The reference of every numeric check is the one-device run.
+nothing can hang the suite; the tests check its results. The reference of every numeric check is
+the one-device run. A new multi-process case joins the pipeline rather than starting its own
+processes.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 from _forced_devices import forced_env
 
 from shapeml import distributed
@@ -69,14 +73,20 @@ def _ok(job: subprocess.CompletedProcess | distributed.LaunchError | None) -> No
         assert job is None, (str(job), job.log[-3000:])
 
 
-def _both(a, b):
-    """Runs two jobs at once (their waits overlap)."""
-    out = {}
-    t = threading.Thread(target=lambda: out.setdefault("a", a()))
-    t.start()
-    out["b"] = b()
-    t.join()
-    return out["a"], out["b"]
+def _all(*jobs):
+    """Runs jobs at once (their waits overlap); their results, in order."""
+    out = [None] * len(jobs)
+
+    def run(i):
+        out[i] = jobs[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(1, len(jobs))]
+    for t in threads:
+        t.start()
+    run(0)
+    for t in threads:
+        t.join()
+    return out
 
 
 def _rel(a: np.ndarray, b: np.ndarray) -> float:
@@ -88,20 +98,32 @@ def _read(out: Path, name: str) -> tuple[dict, dict]:
     return json.loads((out / f"{name}.json").read_text()), dict(np.load(out / f"{name}.npz"))
 
 
-def test_jobs_of_two_processes_train_checkpoint_fail_and_resume_like_one_device(tmp_path):
-    # The jobs, concurrent where independent (a job is a few processes importing JAX and
-    # compiling a step or two: the suite's time goes there, so they are few and share work):
-    #   2 x 2 `train` (its Spotter run is also the reference of the resumed job below)
-    #   then, at once: 1 x 4 `train` (the one-device references, and the 2 x 2 checkpoint
-    #   restored in one process) and 2 x 2 `kill`; then 2 x 2 `resume`.
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    """Every multi-process job of the suite, concurrent where independent (a job is a few
+    processes importing JAX and compiling a step or two: the suite's time goes there, so they are
+    few and share work):
+      2 x 2 `train` (its Spotter run is also the reference of the resumed job below)
+      then, at once: 1 x 4 `train` (the one-device references, and the 2 x 2 checkpoint restored
+      in one process), 2 x 2 `kill`, and 2 processes joining from a cluster's environment;
+      then 2 x 2 `resume`."""
+    tmp_path = tmp_path_factory.mktemp("multiprocess")
     two, one = tmp_path / "2x2", tmp_path / "1x4"
-    _ok(_launch("train", two))
-    single, killed = _both(
-        lambda: _single("train", one, two), lambda: _launch("kill", two, grace=5)
+    trained = _launch("train", two)
+    single, killed, cluster = _all(
+        lambda: _single("train", one, two),
+        lambda: _launch("kill", two, grace=5),
+        lambda: _cluster(tmp_path),
     )
-    _ok(single)
     resumed = _launch("resume", two)
+    return dict(two=two, one=one, trained=trained, single=single, killed=killed,
+                cluster=cluster, resumed=resumed)  # fmt: skip
 
+
+def test_jobs_of_two_processes_train_like_one_device(jobs):
+    two, one = jobs["two"], jobs["one"]
+    _ok(jobs["trained"])
+    _ok(jobs["single"])
     res2, arr2 = _read(two, "train")
     res1, arr1 = _read(one, "train")
     assert res2["info"] == [0, 2, 2, 4] and res1["info"] == [0, 1, 4, 4]
@@ -145,6 +167,11 @@ def test_jobs_of_two_processes_train_checkpoint_fail_and_resume_like_one_device(
     assert back["kinds"] == ["Explicit"], back
     assert back["load"] == {"kinds": ["Explicit"], "layout": True, "values": True}, back
 
+
+def test_a_killed_process_stops_the_job_coded_and_the_job_resumes_like_one_run(jobs):
+    two, killed, resumed = jobs["two"], jobs["killed"], jobs["resumed"]
+    _ok(jobs["trained"])
+    res2, arr2 = _read(two, "train")
     # Process 1 of the `kill` job killed itself once checkpoint 4 was complete: process 0 stopped
     # with E2203 at its next step, and the launcher reported E2201 (and killed what still ran
     # after its grace period).
@@ -194,12 +221,13 @@ def _free_port(low: int, high: int) -> int:
     raise AssertionError(f"no free port in {low}..{high}")
 
 
-def test_the_same_script_joins_a_job_from_a_clusters_environment(tmp_path):
-    # Two processes given only SLURM's variables (as `srun --ntasks=2` sets them, both on this
-    # host), no launcher: `initialize()` reads them through JAX's own cluster detection, and
-    # the processes meet at the coordinator SLURM's settings name (port from the job id).
+def _cluster(tmp_path: Path) -> list[tuple[int, str, str]]:
+    """Two processes given only SLURM's variables (as `srun --ntasks=2` sets them, both on this
+    host), no launcher: `initialize()` reads them through JAX's own cluster detection, and the
+    processes meet at the coordinator SLURM's settings name (port from the job id). Each
+    process's exit status, stdout and stderr."""
     port = _free_port(61440, 65535)  # JAX's SLURM port: 61440 + the job id % 4096
-    env = _env(tmp_path / "cache", 1)
+    env = _env(tmp_path / "cluster-cache", 1)
     env.update(SLURM_JOB_ID=str(port - 61440), SLURM_STEP_NODELIST="127.0.0.1", SLURM_NTASKS="2")
     procs = [
         subprocess.Popen(
@@ -216,7 +244,13 @@ def test_the_same_script_joins_a_job_from_a_clusters_environment(tmp_path):
     finally:
         for p in procs:
             p.kill()
-    for p, (out, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, (out[-2000:], err[-3000:])
-    lines = sorted(ln for out, _ in outs for ln in out.splitlines() if ln.startswith("RESULT"))
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+
+
+def test_the_same_script_joins_a_job_from_a_clusters_environment(jobs):
+    for status, out, err in jobs["cluster"]:
+        assert status == 0, (out[-2000:], err[-3000:])
+    lines = sorted(
+        ln for _, out, _ in jobs["cluster"] for ln in out.splitlines() if ln.startswith("RESULT")
+    )
     assert lines == [f"RESULT cluster {i} 2 1 2 10 11" for i in range(2)], lines

@@ -5,11 +5,11 @@ are links and API entries link back, every public object is documented, and the 
 real browser (headless Chromium): no code block wider than its column at 1280 px, and search
 ranks the guide and the API first.
 
-Time budget: the build here executes one tutorial (`EXECUTED`, a short one with plots) and renders
-the others without outputs (`SHAPEML_DOCS_EXECUTE`, see scripts/docs_hooks.py); under xdist the
-workers share that one build. The full build, which executes every notebook, is `mkdocs build
---strict`; `tests/test_tutorials.py` runs and checks the notebooks themselves (their error cells
-included).
+The build here shows the notebooks as the suite ran them: each runs once per test run
+(tests/test_tutorials.py's `executed_once`, quick values of its knobs), and the build reads those
+outputs (`SHAPEML_DOCS_NOTEBOOKS`) instead of running them again; under xdist the workers share
+the one build. The full build, which executes every notebook with its full values, is `mkdocs
+build --strict`.
 
 Chromium: the browser tests skip without it on a workstation, and fail without it in CI (`CI` or
 `SHAPEML_CI` set: `.ci/run` sets `SHAPEML_CI` and installs Chromium first).
@@ -37,16 +37,16 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import check_site  # noqa: E402
 import docs_gen  # noqa: E402
 import docs_hooks  # noqa: E402
+from test_tutorials import NOTEBOOKS, executed_once  # noqa: E402
 
-# The one tutorial the test build executes: it has plots and runs in seconds.
-EXECUTED = "04_hoisting"
 SHOTS = os.environ.get("SHAPEML_SITE_SHOTS")  # a folder: the browser test saves screenshots there
 
 
-def _build(out: Path) -> None:
+def _build(out: Path, notebooks: Path) -> None:
     env = dict(
         os.environ,
-        SHAPEML_DOCS_EXECUTE=EXECUTED,
+        SHAPEML_DOCS_EXECUTE="0",  # every notebook comes executed from `notebooks`
+        SHAPEML_DOCS_NOTEBOOKS=str(notebooks),
         NO_MKDOCS_2_WARNING="1",  # notices of the theme and of the plugins about MkDocs 2
         DISABLE_MKDOCS_2_WARNING="true",
     )
@@ -59,18 +59,20 @@ def _build(out: Path) -> None:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
-    """The site, built once per test run (xdist workers share it: the first one builds it)."""
+    """The site, built once per test run (xdist workers share it: the first one builds it), with
+    the notebooks as the suite ran them."""
+    notebooks = [executed_once(path.stem, tmp_path_factory) for path in NOTEBOOKS][-1]
     run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
     if run_id is None:
         out = tmp_path_factory.mktemp("docs")
-        _build(out)
+        _build(out, notebooks)
         return out / "site"
     out = tmp_path_factory.getbasetemp().parent / f"docs-{run_id}"
     out.mkdir(exist_ok=True)
     with open(out / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / "built").exists():
-            _build(out)
+            _build(out, notebooks)
             (out / "built").touch()
     return out / "site"
 
@@ -106,11 +108,12 @@ def test_every_public_object_is_documented_on_an_api_page(site):
     assert not missing, "\n".join(missing)
 
 
-def test_the_executed_tutorial_has_its_plots_and_the_others_say_they_were_not_run(site):
-    text = (site / "tutorials" / EXECUTED / "index.html").read_text(encoding="utf-8")
-    assert "data:image/png;base64," in text and "Quick build" not in text
-    other = (site / "tutorials" / "01_models" / "index.html").read_text(encoding="utf-8")
-    assert "Quick build" in other
+def test_every_tutorial_is_shown_executed_with_its_plots(site):
+    for path in NOTEBOOKS:
+        text = (site / "tutorials" / path.stem / "index.html").read_text(encoding="utf-8")
+        assert "Quick build" not in text and "jp-OutputArea-output" in text, path.stem
+    text = (site / "tutorials" / "02_gradients_and_optimizers" / "index.html").read_text()
+    assert text.count("data:image/png;base64,") >= 3
 
 
 def test_the_search_index_covers_guide_api_and_error_codes(site):
@@ -164,7 +167,7 @@ def test_api_names_and_error_codes_are_links_and_api_entries_link_back(site):
     link = 'class="autorefs autorefs-internal" href='
     assert f'{link}"../api/optim/#shapeml.optim.' in guide  # `optim.adamw(...)`
     assert f'{link}"../errors/#e' in guide  # `E1101`
-    tutorial = (site / "tutorials" / EXECUTED / "index.html").read_text(encoding="utf-8")
+    tutorial = (site / "tutorials" / "04_hoisting" / "index.html").read_text(encoding="utf-8")
     assert f'{link}"../../api/hoisting/#shapeml.hoisting.hoist"' in tutorial  # `sm.hoist`
     stderr = 'jp-OutputArea-output" data-mime-type="application/vnd.jupyter.stderr"'
     traceback = tutorial.split(stderr, 1)[1][:20000]
@@ -271,7 +274,7 @@ def test_the_site_works_in_headless_chromium(site):
     )
     home, api = (p for p in check_site.PAGES if p.name in ("home", "api"))
     pages = [home._replace(searches=searches), api]  # the home page searches
-    pages.append(check_site.Page("tutorial", f"tutorials/{EXECUTED}/", "sm.hoist", min_plots=1))
+    pages += [p for p in check_site.PAGES if p.name == "tutorial"]  # 02, with its plots
     found = check_site.check_site(site, pages=pages)
     problems = [f"{name}: {p}" for name, problems in found.items() for p in problems]
     assert not problems, "\n".join(problems)

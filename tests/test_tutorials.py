@@ -5,8 +5,8 @@ A cell that demonstrates an error carries the `raises-exception` cell tag and a 
 whose first line is `# expect: W1101` (a warning) must run without error and print that code on
 stderr. Notebooks are stored with their outputs cleared, so diffs stay readable. The error cells'
 outputs of each run are checked as the documentation site shows them (at most `ERROR_CELL_LINES` lines, no path of
-the build machine once scripts/docs_hooks.py scrubbed them), so every tutorial's error display is
-checked without running the notebooks a second time.
+the build machine once scripts/docs_hooks.py scrubbed them). Each notebook runs once per test run
+(`executed_once`): the site build of tests/test_site.py shows those same outputs.
 
 A notebook's size knobs (training steps, timed calls) sit in one cell tagged `parameters`, the
 papermill convention. The suite runs the notebooks quick: it inserts a cell right after that one
@@ -16,6 +16,7 @@ every schedule, every checkpoint); users and the documentation site run the full
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -236,14 +237,44 @@ def test_the_error_cell_check_catches_a_long_traceback_and_a_path():
     ], found
 
 
+def executed_once(stem: str, tmp_path_factory) -> Path:
+    """The folder of this test run holding notebook `stem` executed (quick values), with outputs
+    and plots, as `<stem>.ipynb`, and what went against its cells' expectations, `<stem>.txt`.
+
+    Each notebook runs once per test run: its test here and the site build (tests/test_site.py,
+    which shows these outputs) share it; under xdist the first worker to ask runs it, under a
+    lock, and the others read it.
+    """
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    folder = base.parent / f"notebooks-{run_id}" if run_id else base / "notebooks"
+    folder.mkdir(exist_ok=True)
+    with open(folder / f"{stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (folder / f"{stem}.txt").exists():
+            nb = _quick(nbformat.read(TUTORIALS / f"{stem}.ipynb", as_version=4), stem)
+            (folder / stem).mkdir(exist_ok=True)  # what the notebook saves lands there
+            backend = os.environ.pop("MPLBACKEND", None)  # the kernel's own inline plots
+            try:
+                problems = _execute(nb, folder / stem)
+            except CellExecutionError as e:
+                problems = [f"a cell raised where none was expected:\n{str(e)[-3000:]}"]
+            finally:
+                if backend is not None:
+                    os.environ["MPLBACKEND"] = backend
+            problems += _error_cell_problems(nb)
+            nbformat.write(nb, folder / f"{stem}.ipynb")
+            (folder / f"{stem}.txt").write_text("\n".join(problems), encoding="utf-8")
+    return folder
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("MPLBACKEND", "Agg")  # plots render without a display
-    nb = _quick(nbformat.read(path, as_version=4), path.stem)
-    (tmp_path / "run").mkdir()
-    problems = _execute(nb, tmp_path / "run")
-    problems += _error_cell_problems(nb)
-    assert not problems, f"{path.name}:\n" + "\n".join(problems)
+def test_notebook_runs_top_to_bottom(path, tmp_path_factory):
+    folder = executed_once(path.stem, tmp_path_factory)
+    problems = (folder / f"{path.stem}.txt").read_text(encoding="utf-8")
+    assert not problems, f"{path.name}:\n{problems}"
+    nb = nbformat.read(folder / f"{path.stem}.ipynb", as_version=4)
+    assert all(c.execution_count for c in nb.cells if c.cell_type == "code"), "not every cell ran"
 
 
 def test_the_executor_catches_missing_wrong_and_unexpected_errors(tmp_path):
