@@ -40,6 +40,10 @@ annotation; the check runs under `jax.eval_shape`, so it costs no compute.
     pass
 
 
+# pytest's report names a failed test's exception by its module: the public one users import.
+ContractError.__module__ = "shapeml.testing"
+
+
 def _abstract_model(m: Model | type[Model], dims: Mapping[str, int]) -> Model:
     """The shapes of model `m` (a class: of `Cls.init()`) at `dims`: each of its free dims that
     `dims` names is set, its derived dims follow (and must agree with `dims`), its options kept."""
