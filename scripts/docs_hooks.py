@@ -325,7 +325,9 @@ def on_post_build(config) -> None:
     """Tags each class's API entry in the search index with its name in one lowercase word
     (Material's search weighs a tag match above all, and its query `TrainStep` is `train* step*`,
     whose `train*` matches the tag `trainstep`), so the entry is found first. Functions are not
-    tagged: `train_spotter`'s tag would match `train*` as well as `TrainStep`'s does."""
+    tagged: `train_spotter`'s tag would match `train*` as well as `TrainStep`'s does. The price: a
+    query whose word begins a class's name (`weight decay`, `WeightWriteError`) lists the class
+    first, since Material's query matches every word as a prefix."""
     import json
 
     path = Path(config.site_dir) / "search" / "search_index.json"
