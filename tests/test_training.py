@@ -213,11 +213,17 @@ def test_nonfinite_loss_stops_and_keeps_the_last_good_checkpoint(small_data, tmp
     assert bad.dtype == np.float32
 
 
-def test_data_parallel_equals_single_device(tmp_path):
+@pytest.fixture(scope="module")
+def two_devices():
+    """One subprocess for what needs a fresh process: whether `import shapeml` left JAX's backend
+    unstarted (so XLA_FLAGS or `sm.use_cpu_devices` set after it still take effect), then 8 steps
+    of `train` on one device and on both of a process made 2 CPU devices."""
     code = textwrap.dedent(
         """
-        import json, jax, numpy as np
-        import shapeml as sm
+        import json
+        import shapeml as sm, shapeml._jax_internals as j
+        started = j.backend_started()
+        import jax, numpy as np
         from shapeml import optim
         from shapeml.data import batches, shapes
         from shapeml.zoo.spotter import Spotter
@@ -225,7 +231,7 @@ def test_data_parallel_equals_single_device(tmp_path):
         from shapeml.apps.spotter_job import spotter_loss
         sm.use_cpu_devices(2)
         img, y = shapes.draw(128, seed=0)
-        out = {}
+        out = {"started_by_import": started}
         for devices in (1, None):  # one device; every device of the process (2)
             m = Spotter.init(seed=0)
             opt = optim.adamw(m, lr=1e-2, transforms=[optim.clip_norm(1.0)])
@@ -236,11 +242,13 @@ def test_data_parallel_equals_single_device(tmp_path):
         print(json.dumps({"devices": jax.device_count(), **out}))
         """
     )
-    res = json.loads(
-        subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True
-        ).stdout
-    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return json.loads(run.stdout)
+
+
+def test_data_parallel_equals_single_device(two_devices):
+    res = two_devices
     assert res["devices"] == 2 and res["on_1"] == 1 and res["on_None"] == 2
     for a, b in zip(res["None"], res["1"]):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
@@ -294,11 +302,9 @@ def _status(argv: list[str]) -> int:
         return int(e.code or 0)
 
 
-def test_importing_shapeml_leaves_jax_backend_unstarted():
+def test_importing_shapeml_leaves_jax_backend_unstarted(two_devices):
     # so XLA_FLAGS (e.g. forced host devices) set after `import shapeml` still take effect
-    code = "import shapeml, shapeml._jax_internals as j; print(j.backend_started())"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "False"
+    assert two_devices["started_by_import"] is False
 
 
 class Tiny(sm.Model):
