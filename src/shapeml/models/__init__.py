@@ -9,6 +9,7 @@ from ._fields import param as param
 from ._fields import static as static
 from ._fields import submodel as submodel
 from ._fields import submodels as submodels
+from ._freeze import freeze as freeze
 from ._initializers import full as full
 from ._initializers import normal as normal
 from ._initializers import ones as ones
@@ -36,6 +37,7 @@ __all__ = [
     "buffer",
     "buffers",
     "count_params",
+    "freeze",
     "full",
     "load",
     "normal",
