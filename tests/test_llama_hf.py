@@ -172,7 +172,7 @@ def test_sharded_and_bfloat16_checkpoints_load(tmp_path):
     half = llama.from_hf(tmp_path / "bf16")
     assert half.embed.w.dtype == jnp.float32
     np.testing.assert_array_equal(
-        np.asarray(half.embed.w), model.model.embed_tokens.weight.float().numpy()
+        np.asarray(half.embed.w), model.model.embed_tokens.weight.detach().float().numpy()
     )
 
 
