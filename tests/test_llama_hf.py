@@ -56,7 +56,11 @@ CONFIGS = {
     "qwen2_bias": ("Qwen2Config", dict(num_key_value_heads=2)),
     "mistral_window": ("MistralConfig", dict(num_key_value_heads=1, sliding_window=5)),
 }
-CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}
+CLASSES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "mistral": "MistralForCausalLM",
+}
 forward = jax.jit(llama.forward)
 
 
@@ -91,7 +95,7 @@ def logits_of(model, tokens: np.ndarray) -> np.ndarray:
 def test_logits_equal_transformers(saved):
     name, model, _, m = saved
     cfg = model.config
-    assert m.dims.K == cfg.num_key_value_heads and m.dims.L == cfg.num_hidden_layers
+    assert cfg.num_key_value_heads == m.dims.K and cfg.num_hidden_layers == m.dims.L
     assert (m.head is None) == cfg.tie_word_embeddings
     assert m.family == cfg.model_type
     tokens = np.random.default_rng(0).integers(0, V, (2, 24))

@@ -200,7 +200,7 @@ def apply(
             f"{', '.join(done[:8])} already hold LoRA adapters",
             fix="merge them first (m = lora.merge(m)), then apply new adapters",
         )
-    plan = {name: (rank, alpha, rslora, None, None) for name in chosen}
+    plan = {name: (rank, float(alpha), rslora, None, None) for name in chosen}
     return build(m, plan, seed)
 
 

@@ -151,7 +151,13 @@ def load(
             fix=_FIX,
         )
     plan = {
-        name: (d["R"], d["alpha"], d["rslora"], arrays[f"{name}.lora_a"], arrays[f"{name}.lora_b"])
+        name: (
+            d["R"],
+            float(d["alpha"]),
+            d["rslora"],
+            arrays[f"{name}.lora_a"],
+            arrays[f"{name}.lora_b"],
+        )
         for name, d in layers.items()
     }
     return build(base, plan, 0)
