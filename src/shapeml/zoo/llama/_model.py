@@ -392,6 +392,6 @@ def forward(m: Llama, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]:
 
 @shaped
 def loss(m: Llama, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
-    """The mean cross-entropy of predicting `tokens[:, 1:]` from the tokens before them."""
-    logp = jax.nn.log_softmax(forward(m, tokens[:, :-1]), axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+    """The mean cross-entropy of predicting `tokens[:, 1:]` from the tokens before them (as
+    `transformers` computes the loss of `model(ids, labels=ids)`)."""
+    return nn.cross_entropy(forward(m, tokens[:, :-1]), tokens[:, 1:])
