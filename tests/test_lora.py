@@ -149,6 +149,8 @@ def test_a_pattern_that_matches_no_linear_is_a_coded_error(base, adapted):
     with pytest.raises(lora.LoRATargetError, match="layers.0.attn.q") as e:
         lora.apply(base, ["*.attn.query"])
     assert e.value.code == "E2301"
+    plain = lora.apply(base, ["q", "attn.v"])  # plain names match as suffixes, as in peft
+    assert sorted(lora.adapters(plain)) == [f"layers.{i}.attn.{p}" for i in range(2) for p in "qv"]
     with pytest.raises(lora.LoRATargetError, match="already hold LoRA adapters"):
         lora.apply(adapted, ["*.attn.q"])
     with pytest.raises(lora.LoRATargetError, match="no LoRA adapters"):

@@ -150,7 +150,8 @@ def apply(
     Args:
         m: any `sm.Model` with `nn.Linear` sub-models (a Llama, a GPT-2, your own).
         targets: shell-style patterns over dotted names (`"*.attn.q"`, `"*.mlp.*"`,
-            `"layers.0.attn.v"`); `*` also crosses dots.
+            `"layers.0.attn.v"`; `*` also crosses dots); a name without wildcards also matches
+            as a suffix, as peft's `target_modules` (`["q", "v"]`).
         rank: the adapters' rank `R` (peft's `r`).
         alpha: the scale numerator (peft's `lora_alpha`; default `rank`, a scale of 1).
         rslora: scale by `alpha / sqrt(rank)` (peft's `use_rslora`).
@@ -178,7 +179,7 @@ def apply(
     found = linears(m)
     chosen: set[str] = set()
     for pattern in patterns:
-        hits = [name for name in found if fnmatch.fnmatchcase(name, pattern)]
+        hits = [name for name in found if _matches(name, pattern)]
         if not hits:
             names = sorted(found)
             near = [n for n in names if n.rsplit(".", 1)[-1] == pattern.rsplit(".", 1)[-1]]
@@ -202,6 +203,14 @@ def apply(
         )
     plan = {name: (rank, float(alpha), rslora, None, None) for name in chosen}
     return build(m, plan, seed)
+
+
+def _matches(name: str, pattern: str) -> bool:
+    """A shell-style pattern over the whole dotted name; a plain name (no wildcard) also matches
+    as a suffix, as peft's `target_modules` do (`"q"` and `"attn.q"` match `layers.0.attn.q`)."""
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return name == pattern or name.endswith("." + pattern)
 
 
 def _any_stacked(m: Model) -> bool:

@@ -320,6 +320,7 @@ def with_options(
     return m.replace(layers=tuple(block(b) for b in m.layers), norm=m.norm.replace(eps=eps))
 
 
+@api_boundary
 def options(m: Llama) -> dict[str, Any]:
     """The options every layer of `m` holds alike: `eps`, `theta`, `window`, `qkv_bias`,
     `o_bias` (what `Llama.init` takes and `to_hf` writes).
