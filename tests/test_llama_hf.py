@@ -87,6 +87,15 @@ def saved(request, tmp_path_factory):
     return request.param, model, folder, llama.from_hf(folder)
 
 
+@pytest.fixture(scope="module")
+def gqa(tmp_path_factory):
+    """(its save_pretrained folder, the model from_hf read there) of the GQA config, for the
+    checks that need one checkpoint, not every config."""
+    folder = tmp_path_factory.mktemp("gqa")
+    hf_model("llama_gqa").save_pretrained(folder)
+    return folder, llama.from_hf(folder)
+
+
 def logits_of(model, tokens: np.ndarray) -> np.ndarray:
     with torch.no_grad():
         return model(torch.from_numpy(tokens)).logits.numpy()
@@ -133,10 +142,11 @@ def test_decode_steps_equal_the_full_forward(saved):
     tokens = jnp.asarray(np.random.default_rng(3).integers(0, V, (1, 12)))
     full = np.asarray(forward(m, tokens))
     cache = llama.new_cache(m, batch=1, ctx=12)
-    first, cache = llama.step(m, cache, tokens[:, :5], 0)
+    step = jax.jit(llama.step)  # `pos` traced: one program for every decode position
+    first, cache = step(m, cache, tokens[:, :5], 0)
     rest = []
     for i in range(5, 12):
-        out, cache = llama.step(m, cache, tokens[:, i : i + 1], i)
+        out, cache = step(m, cache, tokens[:, i : i + 1], jnp.int32(i))
         rest.append(np.asarray(out))
     np.testing.assert_allclose(np.asarray(first), full[:, :5], atol=1e-5)
     np.testing.assert_allclose(np.concatenate(rest, axis=1), full[:, 5:], atol=1e-5)
@@ -180,10 +190,10 @@ def test_sharded_and_bfloat16_checkpoints_load(tmp_path):
     )
 
 
-def test_the_tokenizer_comes_from_tokenizer_json(saved, tmp_path):
+def test_the_tokenizer_comes_from_tokenizer_json(gqa, tmp_path):
     import tokenizers
 
-    _, _, folder, m = saved
+    folder, m = gqa
     words = {w: i for i, w in enumerate(["[UNK]", "once", "upon", "a", "time"])}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(words, unk_token="[UNK]"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
@@ -204,8 +214,8 @@ def _copy(folder, tmp_path):
     return tmp_path / "bad"
 
 
-def test_a_mismatched_checkpoint_gets_one_report_naming_every_problem(saved, tmp_path):
-    name, _, folder, _ = saved
+def test_a_mismatched_checkpoint_gets_one_report_naming_every_problem(gqa, tmp_path):
+    folder, _ = gqa
     bad = _copy(folder, tmp_path)
     arrays = safetensors.numpy.load_file(bad / "model.safetensors")
     arrays["model.layers.1.self_attn.k_proj.weight"] = np.zeros((3, 32), np.float32)
@@ -220,8 +230,8 @@ def test_a_mismatched_checkpoint_gets_one_report_naming_every_problem(saved, tmp
         assert part in text
 
 
-def test_a_config_edited_out_of_shape_gets_one_report(saved, tmp_path):
-    _, _, folder, _ = saved
+def test_a_config_edited_out_of_shape_gets_one_report(gqa, tmp_path):
+    folder, _ = gqa
     bad = _copy(folder, tmp_path)
     config = json.loads((bad / "config.json").read_text())
     config.update(num_key_value_heads=3, hidden_act="gelu", rope_parameters={"rope_type": "yarn"})
@@ -238,8 +248,8 @@ def test_a_config_edited_out_of_shape_gets_one_report(saved, tmp_path):
         llama.from_hf(bad)
 
 
-def test_a_truncated_weights_file_is_a_coded_error(saved, tmp_path):
-    _, _, folder, _ = saved
+def test_a_truncated_weights_file_is_a_coded_error(gqa, tmp_path):
+    folder, _ = gqa
     bad = _copy(folder, tmp_path)
     data = (bad / "model.safetensors").read_bytes()
     (bad / "model.safetensors").write_bytes(data[: len(data) // 2])
@@ -258,8 +268,8 @@ def test_a_tied_head_that_differs_from_the_embeddings_is_reported(tmp_path):
         llama.from_hf(bad)
 
 
-def test_partial_load_into_another_vocabulary(saved):
-    _, _, folder, m = saved
+def test_partial_load_into_another_vocabulary(gqa):
+    folder, m = gqa
     like = llama.Llama.init(
         seed=3,
         V=V + 8,
