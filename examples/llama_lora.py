@@ -15,6 +15,9 @@ encodes the text. Then:
 5. `lora.merge` folds them into a plain model, which generates greedily through the KV cache
    and, with `--out`, is written back with `llama.to_hf` (a checkpoint `transformers` loads).
 
+Run as a script it first calls `sm.use_cpu_devices()`: each CPU core a JAX device, each batch split
+over them by `TrainStep`.
+
 Run:
     python examples/llama_lora.py [--steps 200] [--rank 8] [--out llama-pydoc]
     huggingface-cli download HuggingFaceTB/SmolLM2-135M --local-dir smol   # optional
@@ -169,4 +172,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
+    sm.use_cpu_devices()  # first, before JAX starts: every core a device (docs/performance.md)
     main()
