@@ -291,3 +291,17 @@ def test_partial_load_into_another_vocabulary(gqa):
     np.testing.assert_array_equal(np.asarray(got.embed.w[:V]), np.asarray(m.embed.w))
     np.testing.assert_array_equal(np.asarray(got.embed.w[V:]), np.asarray(like.embed.w[V:]))
     assert "embed.w" in report.overlapped
+
+
+def test_sampled_generation_is_reproducible_and_follows_the_temperature(gqa):
+    _, m = gqa
+    prompt = jnp.asarray(np.random.default_rng(6).integers(0, V, (2, 4)), jnp.int32)
+    key = jax.random.key(7)
+    a = np.asarray(llama.generate(m, prompt, 12, key=key, temperature=0.8))
+    b = np.asarray(llama.generate(m, prompt, 12, key=key, temperature=0.8))
+    np.testing.assert_array_equal(a, b)
+    assert a.shape == (2, 16) and a.min() >= 0 and a.max() < V
+    greedy = np.asarray(llama.generate(m, prompt, 12))
+    cold = np.asarray(llama.generate(m, prompt, 12, key=key, temperature=1e-4))
+    np.testing.assert_array_equal(cold, greedy)  # a near-zero temperature is the argmax
+    assert not np.array_equal(a, greedy)
