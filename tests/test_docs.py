@@ -40,6 +40,7 @@ GUIDE_PAGES = [
     "hoisting.md",
     "int8.md",
     "gpt2.md",
+    "llama.md",
     "testing.md",
     "performance.md",
     "errors.md",

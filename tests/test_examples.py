@@ -1,7 +1,8 @@
 """The example scripts on real data, in their quick forms: the digits CNN trains and plots its
 confusion matrix; the char-level GPT trains, samples with the KV-cache decode, and resumes from
 its checkpoint exactly where an uninterrupted run would be; GPT-2 is fine-tuned from a Hugging
-Face checkpoint loaded in part (another vocabulary and context) and written back."""
+Face checkpoint loaded in part (another vocabulary and context) and written back; a Llama saved by
+`transformers` is fine-tuned with LoRA adapters, merged and exported."""
 
 from __future__ import annotations
 
@@ -95,3 +96,21 @@ def test_gpt2_fine_tunes_from_a_hugging_face_checkpoint_with_partial_loading(tmp
     np.testing.assert_array_equal(back.h[0].mlp.up.w, result["model"].h[0].mlp.up.w)
     assert ft.decode(ft.encode("héllo, wörld")) == "héllo, wörld"
     assert list(ft.encode(" a\n")) == [220, 64, 198]  # the ids GPT-2 itself gives these bytes
+
+
+def test_llama_lora_fine_tunes_the_adapters_only_and_exports_the_merged_model(tmp_path):
+    ex = _example("llama_lora")
+    from shapeml import lora
+    from shapeml.zoo import llama
+
+    out = tmp_path / "merged"
+    args = ["--steps", "8", "--ctx", "32", "--batch-size", "4", "--width", "32", "--layers", "1"]
+    args += ["--lr", "1e-2", "--eval-batches", "2", "--sample", "8", "--out", str(out)]
+    result = ex.main(args)
+    assert [s for s, _ in result["history"]] == list(range(8))
+    assert result["val_after"] < result["val_before"]
+    assert result["sample"].startswith("The ")
+    m, merged = result["model"], result["merged"]
+    assert set(sm.params(m)) == {f"{k}.lora_{ab}" for k in lora.adapters(m) for ab in "ab"}
+    back = llama.from_hf(out)
+    np.testing.assert_array_equal(back.layers[0].attn.q.w, merged.layers[0].attn.q.w)

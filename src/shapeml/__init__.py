@@ -3,13 +3,14 @@
 This file only re-exports the public API; each name lives in the module its folder suggests.
 Subpackages: `shapeml.models`, `shapeml.nn`, `shapeml.optim`, `shapeml.training`,
 `shapeml.state`, `shapeml.sharding`, `shapeml.distributed`, `shapeml.hoisting`, `shapeml.int8`,
-`shapeml.data`, `shapeml.testing`; complete models in `shapeml.zoo`.
+`shapeml.data`, `shapeml.testing`, `shapeml.lora`; complete models in `shapeml.zoo`.
 """
 
 from . import data as data
 from . import distributed as distributed
 from . import hoisting as hoisting
 from . import int8 as int8
+from . import lora as lora
 from . import models as models
 from . import nn as nn
 from . import optim as optim
@@ -84,6 +85,7 @@ __all__ = [
     "HoistReport",
     "int8",
     "is_param",
+    "lora",
     "load",
     "memory_report",
     "partition_specs",

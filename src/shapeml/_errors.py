@@ -80,6 +80,8 @@ CODE_MODULES = (
     "shapeml.zoo.transformer",
     "shapeml.zoo._errors",
     "shapeml.zoo.gpt2._errors",
+    "shapeml.zoo.llama._errors",
+    "shapeml.lora._errors",
     "shapeml.sharding._errors",
     "shapeml.distributed._errors",
     "shapeml.nn._errors",

@@ -182,7 +182,10 @@ def inline_jit(closed: ClosedJaxpr, known_inputs: Sequence[bool] | None = None) 
     With `known_inputs` (one bool per input), a `scan` whose operands are partly known, which
     draws no random bits and has no side effects, is also split by JAX's partial evaluation into
     a scan over the known operands (producing its residuals, e.g. per-layer dequantized weights)
-    followed by a scan over the rest, so the known part can be computed outside the loop.
+    followed by a scan over the rest, so the known part can be computed outside the loop; and a
+    `custom_jvp` call whose operands are partly known is inlined (its function is what runs when
+    nothing differentiates it, and hoisting steps aside under differentiation), so the weight-only
+    work inside it (a LoRA layer's merged weight, `dense`'s transposes) is found.
     """
     split_scans = known_inputs is not None
     known_inputs = list(known_inputs) if split_scans else [False] * len(closed.jaxpr.invars)
@@ -207,6 +210,17 @@ def inline_jit(closed: ClosedJaxpr, known_inputs: Sequence[bool] | None = None) 
             pure = not has_effects(eqn) and not is_random(eqn)
             if eqn.primitive is _jit_p:
                 inner = eqn.params["jaxpr"]
+                outs, outs_known = run(inner.jaxpr, inner.consts, ins, ins_known)
+            elif (
+                split_scans
+                and pure
+                and eqn.primitive.name == "custom_jvp_call"
+                and any(ins_known)
+                and not all(ins_known)
+            ):
+                # Its function is what runs undifferentiated (a LoRA layer's merged product):
+                # inlined, its weight-only part is found like any other.
+                inner = eqn.params["call_jaxpr"]
                 outs, outs_known = run(inner.jaxpr, inner.consts, ins, ins_known)
             elif (
                 split_scans

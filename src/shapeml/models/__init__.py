@@ -9,6 +9,7 @@ from ._fields import param as param
 from ._fields import static as static
 from ._fields import submodel as submodel
 from ._fields import submodels as submodels
+from ._freeze import freeze as freeze
 from ._initializers import full as full
 from ._initializers import normal as normal
 from ._initializers import ones as ones
@@ -37,6 +38,7 @@ __all__ = [
     "buffer",
     "buffers",
     "count_params",
+    "freeze",
     "full",
     "is_param",
     "load",

@@ -178,11 +178,12 @@ def check_child(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
     if not isinstance(value, model):
         return value, f"{name}: expected a {model.__name__}, got {type(value).__name__}"
     expected = child_dims(spec, dims)
-    if value.dims != expected:
+    # A subclass may declare dims of its own (a LoRA layer's rank): the declared ones must agree.
+    if any(value.dims.get(k) != expected[k] for k in expected):
         diff = ", ".join(
-            f"{k}: expected {expected[k]}, got {value.dims[k]}"
+            f"{k}: expected {expected[k]}, got {value.dims.get(k)}"
             for k in expected
-            if value.dims[k] != expected[k]
+            if value.dims.get(k) != expected[k]
         )
         return value, f"{name}: its dims differ from `{owner}`'s ({diff})"
     options = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -50,6 +51,8 @@ def _walk(
                 for i in range(count_of(value, spec.count_in(m.dims))):
                     yield from _walk(layer(value, i), f"{prefix}{name}.{i}.", split)
         elif value is not None or not spec.optional:  # an absent optional tensor is no entry
+            if m._frozen and spec.kind == "param":  # frozen: held, never trained
+                spec = dataclasses.replace(spec, kind="buffer")
             yield prefix + name, spec, value
 
 

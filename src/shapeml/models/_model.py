@@ -129,6 +129,8 @@ class Model(eqx.Module, metaclass=_ModelType):
     """
 
     _dims: Dims = eqx.field(static=True)
+    # True for a frozen instance (`freeze`): its own params count as buffers, never trained.
+    _frozen: bool = eqx.field(static=True)
     dims = _DimsAccess()
     __shapeml_fields__: ClassVar[dict[str, FieldSpec]] = {}
     # Static configuration fields (`sm.static()`): name -> default (`dataclasses.MISSING` if none).
@@ -158,6 +160,7 @@ class Model(eqx.Module, metaclass=_ModelType):
     @typing.no_type_check  # validates its arguments itself, with coded errors
     def __init__(self, *, dims: Dims | Mapping[str, int] | None = None, **values: Any):
         cls = type(self)
+        object.__setattr__(self, "_frozen", False)
         specs = cls.__shapeml_fields__
         decl: Dims = cls.dims
         if dims is None:
@@ -308,7 +311,9 @@ class Model(eqx.Module, metaclass=_ModelType):
                     f"(fields: {', '.join(specs)})",
                     fix=similar(name, specs),
                 )
-        return type(self)(dims=self._dims, **{**values, **changes})
+        new = type(self)(dims=self._dims, **{**values, **changes})
+        object.__setattr__(new, "_frozen", self._frozen)  # a frozen model stays frozen
+        return new
 
     def __getattr__(self, name: str):
         if name.startswith("_"):

@@ -36,7 +36,8 @@ def repr_lines(m, indent: str) -> list[str]:
         elif value is not None or not spec.optional:  # an absent optional tensor is no row
             shape = " ".join(map(str, getattr(value, "shape", ())))
             dtype = getattr(getattr(value, "dtype", None), "name", "?")
-            rows.append((spec.kind, name, f"[{spec.shape_str}]", f"[{shape}]", dtype))
+            kind = "frozen" if m._frozen and spec.kind == "param" else spec.kind
+            rows.append((kind, name, f"[{spec.shape_str}]", f"[{shape}]", dtype))
     if rows:
         widths = [max(len(r[i]) for r in rows) for i in range(5)]
         table = [
@@ -64,8 +65,10 @@ def _rows(m) -> tuple[list[tuple], list[tuple[str, object]]]:
         elif value is not None or not spec.optional:
             shape = tuple(getattr(value, "shape", ()))
             dtype = getattr(getattr(value, "dtype", None), "name", "?")
-            size = int(np.prod(shape)) if spec.kind == "param" else 0
-            rows.append((spec.kind, name, spec.shape_str, " ".join(map(str, shape)), dtype, size))
+            trained = spec.kind == "param" and not m._frozen
+            size = int(np.prod(shape)) if trained else 0
+            kind = "frozen" if m._frozen and spec.kind == "param" else spec.kind
+            rows.append((kind, name, spec.shape_str, " ".join(map(str, shape)), dtype, size))
     return rows, subs
 
 

@@ -12,10 +12,13 @@ __all__ = ["rotate"]
 BASE = 10_000.0
 
 
-def rotate(x: Float[Array, "b t h k"], positions: Int[Array, " t"]) -> Float[Array, "b t h k"]:
-    """Rotates the heads `x [b t h k]` at `positions [t]` (`k` even; the half-split layout)."""
+def rotate(
+    x: Float[Array, "b t h k"], positions: Int[Array, " t"], base: float = BASE
+) -> Float[Array, "b t h k"]:
+    """Rotates the heads `x [b t h k]` at `positions [t]` (`k` even; the half-split layout that
+    `transformers` calls rotate-half). `base` is the checkpoint's `rope_theta`."""
     half = x.shape[-1] // 2
-    freq = BASE ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / x.shape[-1])
+    freq = base ** (-jnp.arange(half, dtype=jnp.float32) * 2.0 / x.shape[-1])
     angle = positions.astype(jnp.float32)[:, None] * freq[None, :]  # [t half]
     cos = jnp.cos(angle)[None, :, None, :].astype(x.dtype)
     sin = jnp.sin(angle)[None, :, None, :].astype(x.dtype)

@@ -32,9 +32,9 @@ from ...models._introspect import declared, tensors
 from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
+from .._hf_files import read_weights, write_weights
 from ._config import DIM_KEYS, config_json, read_config
 from ._errors import HFCheckpointError
-from ._files import read_weights, write_weights
 from ._model import GPT2
 from ._names import BUFFERS, HEAD, PREFIX, hf_to_field, split_prefix
 
@@ -118,7 +118,7 @@ def from_hf(
     limit = max_bytes_of(max_bytes)
     # The config's dims are checked before they size anything (a config of 10**9 layers).
     check_size(GPT2, GPT2.dims.resolve(**dims), limit, f"reading `{cut(folder)}`")
-    files = read_weights(folder, limit, allow_nonfinite)
+    files = read_weights(folder, limit, allow_nonfinite, HFCheckpointError)
     prefix = split_prefix(files)
     fields = hf_to_field(dims["L"])
     skipped = {k for k in files if BUFFERS.fullmatch(k.removeprefix(prefix))}

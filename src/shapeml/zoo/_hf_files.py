@@ -1,5 +1,6 @@
 """The weight files of a Hugging Face checkpoint folder: one `model.safetensors`, or the shards a
-`model.safetensors.index.json` names; read whole and checked, and written atomically."""
+`model.safetensors.index.json` names; read whole and checked, and written atomically. Shared by
+the zoo's Hugging Face formats (GPT-2, the Llama family), each raising its own checkpoint error."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..._io import (
+from .._io import (
     FileMissingError,
     atomic_write,
     cut,
@@ -18,21 +19,20 @@ from ..._io import (
     read_text,
     write_safetensors,
 )
-from ._errors import HFCheckpointError
 
 __all__ = ["INDEX", "SINGLE", "read_weights", "write_weights"]
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 _SHARD = re.compile(r"model-\d{5}-of-\d{5}\.safetensors")
-_FIX = "save it again with transformers (save_pretrained), or with gpt2.to_hf"
+_FIX = "save it again with transformers (save_pretrained), or with the model's to_hf"
 # The metadata transformers requires of a safetensors checkpoint ("pt": PyTorch's layout).
 _METADATA = {"format": "pt"}
 # An index names each tensor once (a few kB to a few MB); anything far larger is not one.
 _MAX_INDEX_BYTES = 64 << 20
 
 
-def _index(folder: Path) -> dict[str, str]:
+def _index(folder: Path, error: type) -> dict[str, str]:
     """The weight map of a sharded checkpoint: tensor name -> shard file (a name in `folder`)."""
     path = folder / INDEX
     try:
@@ -45,7 +45,7 @@ def _index(folder: Path) -> dict[str, str]:
         for k, v in weights.items()
     )
     if not ok:
-        raise HFCheckpointError(
+        raise error(
             f"`{cut(path)}` is not a shard index: a JSON object whose `weight_map` maps each "
             "tensor name to a file name in the same folder",
             fix=_FIX,
@@ -53,12 +53,15 @@ def _index(folder: Path) -> dict[str, str]:
     return weights
 
 
-def read_weights(folder: Path, max_bytes: int, allow_nonfinite) -> dict[str, np.ndarray]:
+def read_weights(
+    folder: Path, max_bytes: int, allow_nonfinite, error: type
+) -> dict[str, np.ndarray]:
     """Every tensor of the checkpoint in `folder`, by its Hugging Face name.
 
     Raises:
         FileMissingError: (E1304) for a folder without weights in safetensors files.
-        HFCheckpointError: (E2005) for a malformed index, or shards that disagree with it.
+        error: (the model's checkpoint error) for a malformed index, or shards that disagree
+            with it.
         and the errors of reading a safetensors file (E1302, E1306, E1308).
     """
     if (folder / SINGLE).is_file():
@@ -75,12 +78,12 @@ def read_weights(folder: Path, max_bytes: int, allow_nonfinite) -> dict[str, np.
                 if pickled
                 else ""
             ),
-            fix="convert it with transformers: GPT2LMHeadModel.from_pretrained(folder)"
+            fix="convert it with transformers: AutoModelForCausalLM.from_pretrained(folder)"
             ".save_pretrained(new_folder)"
             if pickled
             else "pass the folder that holds config.json and model.safetensors",
         )
-    weights = _index(folder)
+    weights = _index(folder, error)
     arrays: dict[str, np.ndarray] = {}
     problems = []
     for file in sorted(set(weights.values())):
@@ -96,7 +99,7 @@ def read_weights(folder: Path, max_bytes: int, allow_nonfinite) -> dict[str, np.
             if f == file and k not in shard
         ]
     if problems:
-        raise HFCheckpointError(
+        raise error(
             f"the shards of `{cut(folder)}` disagree with its {INDEX}: {len(problems)} "
             "problem(s):\n    " + "\n    ".join(problems[:40]),
             fix=_FIX,
