@@ -6,6 +6,7 @@ and write and read sharded checkpoints in which every process handles only its o
 
 from ._checkpoints import CheckpointManager as CheckpointManager
 from ._errors import CheckpointDirectoryError as CheckpointDirectoryError
+from ._errors import CollectiveTimeoutError as CollectiveTimeoutError
 from ._errors import InitializeError as InitializeError
 from ._errors import LaunchError as LaunchError
 from ._errors import OrbaxMissingError as OrbaxMissingError
@@ -18,6 +19,7 @@ from ._launch import launch as launch
 __all__ = [
     "CheckpointDirectoryError",
     "CheckpointManager",
+    "CollectiveTimeoutError",
     "InitializeError",
     "LaunchError",
     "OrbaxMissingError",

@@ -50,7 +50,9 @@ class _PlacedEntries(Mapping[str, Any]):
             cls = self._cls
             saved = saved_dims(self._meta, "")  # already checked by the codec
             dims = cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
-            plans = plan(cls, dims, self._rules, saved_statics(self._meta, ""))
+            plans = plan(
+                cls, dims, self._rules, saved_statics(self._meta, ""), dict(self._mesh.shape)
+            )
             check_mesh(plans, self._rules, self._mesh)
             self._plans = {p.name: p for p in plans}
         return self._plans

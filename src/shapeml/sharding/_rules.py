@@ -39,6 +39,7 @@ from ._errors import (
     UnknownMeshAxisError,
     UnknownRuleDimError,
 )
+from ._fsdp import Fsdp, split_largest
 from ._spellings import Level, axis_rule, canon, declarations, first_factor
 
 __all__ = ["FieldPlan", "Rules", "check_mesh", "plan", "rules_table"]
@@ -241,13 +242,18 @@ def _places_nothing(owner: str, key: str, named: list[_Axis], names: list[str]):
 
 
 def plan(
-    cls: type[Model], dims: Dims, rules: Any, statics: Mapping[str, Any] | None = None
+    cls: type[Model],
+    dims: Dims,
+    rules: Any,
+    statics: Mapping[str, Any] | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[FieldPlan, ...]:
-    """The placement of every param and buffer of a `cls` with these dims, without a mesh.
+    """The placement of every param and buffer of a `cls` with these dims.
 
     `statics` are the static values by dotted name (`sm.models._introspect.statics(m)`, or a
     checkpoint's): they say which optional tensors are present. Those not given take the
-    declared options and defaults.
+    declared options and defaults. `sizes` are the mesh's axis sizes, which the FSDP preset
+    (`fsdp(axis)`) needs to pick the axis it splits (without them it takes the largest).
 
     Raises:
         RuleTableError: (E1905) for a malformed table.
@@ -255,7 +261,10 @@ def plan(
         AxisReusedError: (E1904) when one field would use a mesh axis twice.
     """
     given = tuple(sorted((statics or {}).items()))
-    return _plan(cls, tuple(dims.items()), given, rules_table(rules))
+    plans = _plan(cls, tuple(dims.items()), given, rules_table(rules))
+    if isinstance(rules, Fsdp):
+        plans = split_largest(plans, rules.axis, (sizes or {}).get(rules.axis))
+    return plans
 
 
 def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
@@ -266,7 +275,10 @@ def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
         IndivisibleDimError: (E1903) naming the field, the dim, its size and the axes.
     """
     sizes = dict(mesh.shape)
-    for key, axes in rules_table(rules):
+    table = rules_table(rules)
+    if isinstance(rules, Fsdp):
+        table += ((f"fsdp({rules.axis!r})", (rules.axis,)),)
+    for key, axes in table:
         for a in axes:
             if a not in sizes:
                 raise UnknownMeshAxisError(

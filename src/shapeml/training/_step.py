@@ -23,6 +23,7 @@ from .._step._devices import auto_mesh
 from .._traceback import api_boundary
 from .._validate import instance
 from ..distributed._faults import peers_watched
+from ..distributed._watchdog import watched
 from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
@@ -188,7 +189,8 @@ class TrainStep:
             batch = sharding.place_local_batch(batch, *self._placement)
         elif self._cores is not None:
             batch = self._cores.place_batch(batch)
-        with peers_watched("a TrainStep call"):  # E2203 when another process has stopped
+        # E2203 when another process has stopped, E2207 past the job's collective timeout
+        with peers_watched("a TrainStep call"), watched("a TrainStep call"):
             return self._shell(*batch)
 
     def compiled(self, *batch):

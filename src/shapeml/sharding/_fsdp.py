@@ -1,0 +1,121 @@
+"""The FSDP preset: every field split along one mesh axis, composed with a tensor-parallel table.
+
+`fsdp("data")` is a rule table that needs no dim names: each field (and with it its optimizer
+state) is split over the mesh axis `data` along its largest axis that the axis's size divides
+and that no other rule splits; a field with no such axis stays replicated. Given a
+tensor-parallel table, `fsdp("data", {"F": "model"})` applies that table first and then splits
+every field along one of its remaining axes: PyTorch's FSDP on a 2-d mesh (FSDP x TP) in one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from .._errors import ArgumentTypeError
+from .._traceback import api_boundary
+from .._validate import shorten
+
+__all__ = ["Fsdp", "fsdp", "split_largest"]
+
+
+@api_boundary
+@dataclasses.dataclass(frozen=True)
+class Fsdp(Mapping):
+    """A rule table (`fsdp(axis, rules)`): the tensor-parallel `rules`, then every field split
+    over mesh axis `axis` along its largest free axis. Pass it wherever a table goes
+    (`sm.shard`, `TrainStep(mesh=, rules=)`, `train`, `sharding.load`, `memory_report`).
+
+    Attributes:
+        axis: the mesh axis every field is split over.
+        table: the tensor-parallel rules applied first, as `(dim, mesh axes)` pairs.
+    """
+
+    axis: str
+    table: tuple[tuple[str, Any], ...] = ()
+
+    def __getitem__(self, key: str) -> Any:
+        return dict(self.table)[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(k for k, _ in self.table)
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def __repr__(self) -> str:
+        return (
+            f"fsdp({self.axis!r}, {dict(self.table)!r})" if self.table else f"fsdp({self.axis!r})"
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.axis, repr(self.table)))
+
+
+@api_boundary
+def fsdp(axis: str = "data", rules: Mapping[str, Any] | None = None) -> Fsdp:
+    """The FSDP rule table: every field split over mesh axis `axis`, after `rules` (optional
+    tensor-parallel rules by dim name) have placed what they name.
+
+    Each field is split along its largest axis that `axis`'s size divides and that `rules` leave
+    unsplit (the first of equal ones); a field with none, or one that `rules` already split over
+    `axis`, stays as `rules` place it. Its optimizer state follows it. Without a mesh
+    (`partition_specs`) the size is unknown, and the largest free axis is taken.
+
+    Args:
+        axis: the mesh axis to split every field over (the data-parallel one, as in FSDP).
+        rules: a tensor-parallel table applied first, e.g. `{"F": "model"}`; see each zoo
+            model's docs for its table.
+
+    Returns:
+        an `Fsdp` rule table.
+
+    Raises:
+        ArgumentTypeError: (E0003) for an axis that is not a name.
+        RuleTableError: (E1905) for a malformed `rules`.
+
+    Example:
+        >>> mesh = sharding.make_mesh("data=2,model=2")
+        >>> step = TrainStep(gpt2.loss, m, opt, mesh=mesh,
+        ...                  rules=sharding.fsdp("data", {"F": "model", "H": "model"}))
+        >>> print(sharding.memory_report(m, mesh, sharding.fsdp("data"), opt))
+    """
+    from ._rules import rules_table  # the rule tables build on this preset's type
+
+    if not isinstance(axis, str) or not axis:
+        raise ArgumentTypeError(
+            f"fsdp(axis) takes a mesh axis name, got {shorten(axis)}",
+            fix='pass e.g. sharding.fsdp("data")',
+        )
+    table = rules_table({} if rules is None else rules)
+    return Fsdp(axis, tuple((k, v[0] if len(v) == 1 else v if v else None) for k, v in table))
+
+
+def split_largest(plans: tuple, axis: str, size: int | None) -> tuple:
+    """`plans` (FieldPlans) with each one split over `axis` along its largest free axis that
+    `size` divides (any free axis when `size` is None); those already on `axis`, or with no
+    such axis, unchanged."""
+    out = []
+    for p in plans:
+        if any(axis in a for a in p.axes):
+            out.append(p)
+            continue
+        free = [
+            i
+            for i, (n, a) in enumerate(zip(p.shape, p.axes, strict=True))
+            if not a and n > 1 and (size is None or n % size == 0)
+        ]
+        if not free:
+            out.append(p)
+            continue
+        i = max(free, key=lambda j: (p.shape[j], -j))
+        out.append(
+            dataclasses.replace(
+                p,
+                axes=p.axes[:i] + ((axis,),) + p.axes[i + 1 :],
+                units=p.units[:i] + (p.shape[i],) + p.units[i + 1 :],
+                rules=p.rules[:i] + (f"fsdp({axis})",) + p.rules[i + 1 :],
+            )
+        )
+    return tuple(out)
