@@ -263,7 +263,7 @@ def plan(
     given = tuple(sorted((statics or {}).items()))
     plans = _plan(cls, tuple(dims.items()), given, rules_table(rules))
     if isinstance(rules, Fsdp):
-        plans = split_largest(plans, rules.axis, (sizes or {}).get(rules.axis))
+        plans = split_largest(plans, rules.axes, sizes)
     return plans
 
 
@@ -277,7 +277,7 @@ def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
     sizes = dict(mesh.shape)
     table = rules_table(rules)
     if isinstance(rules, Fsdp):
-        table += ((f"fsdp({rules.axis!r})", (rules.axis,)),)
+        table += (("fsdp", rules.axes),)
     for key, axes in table:
         for a in axes:
             if a not in sizes:
