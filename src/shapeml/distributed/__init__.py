@@ -4,9 +4,10 @@ and write and read sharded checkpoints in which every process handles only its o
 `docs/scaling.md`.
 """
 
+from .._job._errors import CollectiveTimeoutError as CollectiveTimeoutError
+from .._job._errors import JobSaveError as JobSaveError
 from ._checkpoints import CheckpointManager as CheckpointManager
 from ._errors import CheckpointDirectoryError as CheckpointDirectoryError
-from ._errors import CollectiveTimeoutError as CollectiveTimeoutError
 from ._errors import InitializeError as InitializeError
 from ._errors import LaunchError as LaunchError
 from ._errors import OrbaxMissingError as OrbaxMissingError
@@ -21,6 +22,7 @@ __all__ = [
     "CheckpointManager",
     "CollectiveTimeoutError",
     "InitializeError",
+    "JobSaveError",
     "LaunchError",
     "OrbaxMissingError",
     "ProcessFailedError",

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentError, ArgumentTypeError
 from .._io import NonFiniteError, allowed_nonfinite, names_text
+from .._job._watchdog import watched
 from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Model
@@ -36,7 +37,6 @@ from ..optim._errors import OptimizerMismatchError
 from ._errors import CheckpointDirectoryError, OrbaxMissingError
 from ._finite import finite_flags
 from ._restore import restore_entries
-from ._watchdog import watched
 
 __all__ = ["CheckpointManager"]
 

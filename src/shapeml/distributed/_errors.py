@@ -7,7 +7,6 @@ from .._errors import ShapemlError
 
 __all__ = [
     "CheckpointDirectoryError",
-    "CollectiveTimeoutError",
     "InitializeError",
     "LaunchError",
     "OrbaxMissingError",
@@ -120,30 +119,6 @@ shards of its own devices. Give `train` a sharded checkpoint directory instead, 
 process writes its own shards:
 
     train(..., checkpoint=distributed.CheckpointManager("run/ckpt", keep=3), resume=True)
-""",
-):
-    pass
-
-
-class CollectiveTimeoutError(
-    ShapemlError,
-    RuntimeError,
-    code="E2207",
-    title="a wait of the job passed its collective timeout",
-    explanation="""
-In a job of several processes, every collective (the all-reduce of a training step, a gather of
-a checkpoint) waits for all the processes. One that never takes part would leave the others
-waiting forever, silently: gloo has no deadline, and JAX's heartbeats only notice a process that
-has died. So `distributed.initialize(collective_timeout=300)` starts a watchdog, and each wait
-shapeml makes on the devices (a step, its metrics, an evaluation, a checkpoint save or gather)
-must end within that many seconds. One that does not prints this error and ends its process with
-status 1 (the waiting thread cannot be interrupted); the other processes then stop with E2203
-and `shapeml launch` reports the job as failed (E2201).
-
-Look at the other processes' last lines for the one that stopped or fell behind. If your steps
-really take longer than the timeout (a large model on CPU, a long first compile under load),
-raise it: `distributed.initialize(collective_timeout=1800)`. Resume the job from its last
-complete checkpoint with `resume=True`.
 """,
 ):
     pass

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import jax
 
-from . import _watchdog as watchdog
+from .._job import _watchdog as watchdog
 from ._errors import ProcessFailedError
 
 __all__ = ["peers_watched"]

@@ -14,9 +14,9 @@ import os
 import jax
 
 from .. import _jax_internals as jxi
+from .._job import _watchdog as watchdog
 from .._traceback import api_boundary
 from .._validate import integer, real
-from . import _watchdog as watchdog
 from ._errors import InitializeError
 
 __all__ = ["ENV_COORDINATOR", "ENV_PROCESSES", "ENV_PROCESS_ID", "ProcessInfo", "initialize"]

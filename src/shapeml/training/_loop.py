@@ -23,12 +23,12 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._errors import ArgumentError, ShapemlError
+from .._job._watchdog import watched
 from .._traceback import api_boundary
 from .._validate import instance, integer
 from ..distributed import CheckpointManager
 from ..distributed._faults import peers_watched
 from ..distributed._finite import finite_flags
-from ..distributed._watchdog import watched
 from ..models import Model
 from ..models._introspect import tensors
 from ..optim import Optimizer, averaged

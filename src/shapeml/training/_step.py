@@ -18,12 +18,12 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
+from .._job._watchdog import watched
 from .._step import CarryChangedError, Shell
 from .._step._devices import auto_mesh
 from .._traceback import api_boundary
 from .._validate import instance
 from ..distributed._faults import peers_watched
-from ..distributed._watchdog import watched
 from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update

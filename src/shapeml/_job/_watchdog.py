@@ -117,7 +117,7 @@ def _end(status: int, error: CollectiveTimeoutError | None) -> None:
     with contextlib.suppress(Exception):
         sys.stdout.flush()
     if error is not None:
-        text = f"{type(error).__module__}.{type(error).__name__}: {error}\n"
+        text = f"shapeml.distributed.{type(error).__name__}: {error}\n"
         with contextlib.suppress(Exception):
             os.write(2, text.encode(errors="replace"))
     with contextlib.suppress(Exception):
