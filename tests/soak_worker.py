@@ -31,7 +31,7 @@ def setup(name: str):
     """The model, its loss and its data (the same in every process and in the test's reference)."""
     rng = np.random.default_rng(0)
     if name == "gpt2":
-        m = gpt2.GPT2.init(seed=0, V=64, T=16, D=32, H=4, L=2)
+        m = gpt2.GPT2.init(seed=0, V=64, T=16, D=32, H=4, L=1)
         return m, gpt2.loss, (rng.integers(0, 64, (64, 16)).astype(np.int32),)
     if name == "transformer":
         m = transformer.Transformer.init(seed=0, V=32, T=16)
