@@ -11,12 +11,14 @@ every field along one of its remaining axes: PyTorch's FSDP on a 2-d mesh (FSDP 
 from __future__ import annotations
 
 import dataclasses
+import typing
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 from .._errors import ArgumentTypeError
 from .._traceback import api_boundary
 from .._validate import shorten
+from ._table import rules_table
 
 __all__ = ["Fsdp", "fsdp", "split_largest"]
 
@@ -54,6 +56,7 @@ class Fsdp(Mapping):
 
 
 @api_boundary
+@typing.no_type_check  # validates its arguments itself, with coded errors
 def fsdp(axis: str | tuple[str, ...] = "data", rules: Mapping[str, Any] | None = None) -> Fsdp:
     """The FSDP rule table: every field split over mesh axis `axis`, after `rules` (optional
     tensor-parallel rules by dim name) have placed what they name.
@@ -84,8 +87,6 @@ def fsdp(axis: str | tuple[str, ...] = "data", rules: Mapping[str, Any] | None =
         ...                  rules=sharding.fsdp("data", {"F": "model", "H": "model"}))
         >>> print(sharding.memory_report(m, mesh, sharding.fsdp("data"), opt))
     """
-    from ._rules import rules_table  # the rule tables build on this preset's type
-
     axes = (axis,) if isinstance(axis, str) else axis
     if (
         not isinstance(axes, tuple)

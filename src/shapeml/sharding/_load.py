@@ -26,7 +26,8 @@ from ..models._checkpoint import model_from_arrays, read_model_file
 from ..models._metadata import saved_dims, saved_statics
 from ..models._partial import warn_partial
 from ._place import shard
-from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
+from ._rules import FieldPlan, Rules, check_mesh, plan
+from ._table import rules_table
 
 __all__ = ["load"]
 

@@ -26,7 +26,8 @@ from ..models._introspect import dotted_name, statics
 from ..optim import Optimizer
 from ._errors import AxisReusedError, IndivisibleDimError, UnknownMeshAxisError
 from ._opt import opt_shardings
-from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
+from ._rules import FieldPlan, Rules, check_mesh, plan
+from ._table import rules_table
 
 __all__ = [
     "StepShardings",
