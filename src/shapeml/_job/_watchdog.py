@@ -29,7 +29,7 @@ from ._errors import CollectiveTimeoutError
 
 __all__ = ["EXIT_GRACE", "exit_soon", "start", "timeout", "watched"]
 
-EXIT_GRACE = 5.0  # seconds a process that raised E2203 gets to print and clean up before it ends
+EXIT_GRACE = 3.0  # seconds a process that raised E2203 gets to print and clean up before it ends
 _TICK = 0.25  # seconds between the watchdog's looks
 
 _lock = threading.Lock()
