@@ -93,3 +93,49 @@ def _model(name: str):
     from soak_worker import setup
 
     return setup(name)[0]
+
+
+STUCK = """
+import sys, time
+from shapeml import distributed
+info = distributed.initialize(collective_timeout=4)
+import numpy as np
+import shapeml as sm
+from shapeml import nn, optim, sharding
+from shapeml.training import TrainStep
+mesh = sharding.make_mesh("data=2")
+m = sm.shard(nn.Linear.init(seed=0, In=4, Out=8), mesh, sharding.fsdp("data"))
+if info.index == 1:  # never takes part in anything again
+    time.sleep(300)
+try:
+    sm.save(sys.argv[1], m)  # process 1 never calls it
+except sm.ShapemlError as e:
+    print("SAVE", e.code, flush=True)
+step = TrainStep(lambda m, x: (m(x) ** 2).mean(), m, optim.sgd(m, lr=0.1), mesh=mesh,
+                 rules=sharding.fsdp("data"))
+step(np.ones((2, 4), np.float32))  # its collective never completes: the watchdog ends it
+step(np.ones((2, 4), np.float32))
+print("NOT REACHED", flush=True)
+"""
+
+
+def test_a_wait_that_never_ends_is_a_coded_error_and_an_exit(tmp_path):
+    # Process 1 stops taking part: process 0's `sm.save` is E2208 (not every process called it)
+    # and its TrainStep's first collective passes the job's collective timeout of 4 s: E2207 and
+    # status 1 (then JAX's coordination service ends process 1), within seconds, not at the
+    # launcher's timeout.
+    log = io.StringIO()
+    start = time.monotonic()
+    try:
+        distributed.launch([sys.executable, "-c", STUCK, str(tmp_path / "m.safetensors")],
+                           processes=2, grace=1, timeout=BOUND, out=log, env=forced_env())  # fmt: skip
+    except distributed.LaunchError as e:
+        error = e
+    else:
+        raise AssertionError(log.getvalue()[-3000:])
+    text = log.getvalue()
+    assert error.exit_code != 124, (str(error), text[-3000:])  # not the launcher's timeout
+    assert "[0] SAVE E2208" in text, text[-3000:]
+    assert "shapeml.distributed.CollectiveTimeoutError: [E2207]" in text, text[-3000:]
+    assert "NOT REACHED" not in text and not (tmp_path / "m.safetensors").exists()
+    assert time.monotonic() - start < BOUND

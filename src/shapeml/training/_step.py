@@ -151,7 +151,8 @@ class TrainStep:
         if mesh is not None:
             batch_axis = data_axis if data_axis in mesh.shape else None
             s = sharding.step_shardings(model, opt, mesh, rules or {}, batch_axis=batch_axis)
-            model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
+            with watched("placing a TrainStep's model and optimizer"):  # a resharding program
+                model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
             self._placement = (auto_mesh(mesh), batch_axis)  # the step's view (`_step`)
         elif rules is not None:
             raise ArgumentError(
@@ -174,7 +175,8 @@ class TrainStep:
         if self._cores is not None:
             carry = self._cores.replicate(carry)
         step = _Update(loss, has_aux, grads.policy, remat)
-        self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
+        with watched("copying a TrainStep's model and optimizer"):  # its own buffers
+            self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
