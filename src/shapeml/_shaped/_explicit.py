@@ -12,6 +12,7 @@ they are; outside an Explicit mesh nothing changes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -24,12 +25,13 @@ __all__ = ["on_explicit_mesh", "run_on_auto_axes"]
 
 
 def _typed_sharding(x: Any) -> Any:
-    if isinstance(x, (jax.Array, jax.core.Tracer)):
+    """The sharding in `x`'s type: a concrete array's own (cheap), a tracer's from its aval."""
+    if isinstance(x, jax.core.Tracer):
         try:
             return jax.typeof(x).sharding
         except (AttributeError, TypeError):
             return None
-    return None
+    return getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
 
 
 def _is_explicit(sharding: Any) -> bool:
@@ -38,18 +40,40 @@ def _is_explicit(sharding: Any) -> bool:
     )
 
 
+def _first_array(v: Any, depth: int = 0) -> Any:
+    """The first JAX array in `v` (an array, a model, a tuple, list or dict of them), found
+    without flattening all of it: a shaped call pays a few microseconds, not a model's flatten."""
+    if isinstance(v, (jax.Array, jax.core.Tracer)):
+        return v
+    if depth > 16:
+        return None
+    if isinstance(v, (list, tuple)):
+        items = v
+    elif isinstance(v, dict):
+        items = v.values()
+    elif dataclasses.is_dataclass(v) and not isinstance(v, type):
+        items = vars(v).values()  # a model's fields (equinox keeps them in the instance dict)
+    else:
+        return None
+    for item in items:
+        found = _first_array(item, depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def on_explicit_mesh(values: list) -> Any:
     """The concrete mesh (eager arrays) or abstract mesh (under a trace) with an Explicit axis
-    that some value (an argument, or the first leaf of a model argument) is typed on; None when
-    there is none, or when that mesh is JAX's context mesh with its axes Auto already."""
+    that some value (an argument, or the first array of a model argument) is typed on; None when
+    there is none."""
     for v in values:
-        leaves = jax.tree.leaves(v)
-        if not leaves:
+        first = _first_array(v)
+        if first is None:
             continue
-        typed = _typed_sharding(leaves[0])
+        typed = _typed_sharding(first)
         if _is_explicit(typed):
-            concrete = getattr(leaves[0], "sharding", None)
-            if isinstance(concrete, NamedSharding) and not isinstance(leaves[0], jax.core.Tracer):
+            concrete = getattr(first, "sharding", None)
+            if isinstance(concrete, NamedSharding) and not isinstance(first, jax.core.Tracer):
                 return concrete.mesh
             return typed.mesh
     return None
