@@ -536,3 +536,45 @@ def test_train_on_a_mesh_by_rules_equals_one_device(tmp_path):
     assert res["compiled"] == 1
     assert res["cli"] == 0 and res["saved_is_finite"]
     assert "held-out accuracy" in proc.stdout
+
+
+def test_the_fsdp_preset_splits_each_field_along_its_largest_free_axis():
+    from shapeml.zoo import gpt2
+
+    m = Transformer.init(seed=0)  # wq [L D H*Dh], w1 [L D F], embed [V D], ...
+    specs = sharding.partition_specs(m, sharding.fsdp("data"))
+    for name in ("embed", "pos", "wq", "wo", "w1", "w2"):
+        spec, shape = getattr(specs, name), getattr(m, name).shape
+        largest = max(range(len(shape)), key=lambda i: (shape[i], -i))
+        assert spec == P(*(("data" if i == largest else None) for i in range(len(shape)))), name
+    # composed with a tensor-parallel table: the table first, then the largest axis left
+    both = sharding.partition_specs(m, sharding.fsdp("data", {"F": "model"}))
+    assert both.w1 == P(None, "data", "model") and both.w2 == P(None, "model", "data")
+    # over two mesh axes at once, and what the table already uses for a field is left out
+    two = sharding.partition_specs(m, sharding.fsdp(("data", "model"), {"F": "model"}))
+    assert two.embed == P(None, ("data", "model")) or two.embed == P(("data", "model"), None)
+    assert two.w1 == P(None, "data", "model")
+    g = gpt2.GPT2.init(seed=0, V=64, T=16, D=32, H=4, L=1)
+    mlp = sharding.partition_specs(g, sharding.fsdp("data", {"F": "model"})).h[0].mlp
+    assert mlp.up.w == P("data", "model") and mlp.down.w == P("model", "data")
+    assert repr(sharding.fsdp("data", {"F": "model"})) == "fsdp('data', {'F': 'model'})"
+
+
+@pytest.mark.parametrize(
+    "call, code",
+    [
+        (lambda: sharding.fsdp(3), "E0003"),
+        (lambda: sharding.fsdp(("data", "data")), "E0003"),
+        (lambda: sharding.fsdp("data", {"F": 3}), "E1905"),
+        (
+            lambda: sharding.partition_specs(
+                Transformer.init(seed=0), sharding.fsdp("data", {"Q": "m"})
+            ),
+            "E1901",
+        ),
+    ],
+)
+def test_fsdp_preset_errors_are_coded(call, code):
+    with pytest.raises(sm.ShapemlError) as e:
+        call()
+    assert e.value.code == code, str(e.value)

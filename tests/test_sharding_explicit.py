@@ -1,6 +1,6 @@
 """Every `nn` layer and the zoo's models on an Explicit mesh (JAX's sharding in types, what
 `jax.make_mesh` makes by default): placed by the names the user wrote, trained by `TrainStep`,
-equal to one device.
+equal to one device; and each forward under the user's own plain `jax.jit`.
 
 One subprocess of 4 forced host devices (the XLA flag must be set before JAX starts). The Spotter
 on both mesh kinds, in one and in two processes, is in test_multiprocess.py.
@@ -25,7 +25,8 @@ SCRIPT = textwrap.dedent(
     import shapeml as sm
     from shapeml import nn, optim, sharding as sh
     from shapeml.training import TrainStep
-    from shapeml.zoo import gpt2, transformer
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    from shapeml.zoo import gpt2, spotter, transformer
 
     class Every(sm.Model):
         # every layer of shapeml.nn, declared in this model's names
@@ -99,6 +100,34 @@ SCRIPT = textwrap.dedent(
             "losses": [got, want],
             "params_diff": diff,
         }
+
+    # A user's own plain `jax.jit` of each forward on `jax.make_mesh`'s (Explicit) mesh, with the
+    # params placed by the rules (and by the FSDP preset) and the batch split over `data`, with
+    # and without the mesh set as JAX's context: equal to one device.
+    CASES["spotter"] = (filled(lambda: spotter.Spotter.init(seed=0)), None, False,
+                        (rng.integers(0, 256, (8, 1, 16, 16), dtype=np.uint8),),
+                        {"D": "data", "Dt": "model", "Dc": "model"})
+    forwards = {"nn": lambda m, img, tok: every_loss(m, img, tok)[0],
+                "transformer": transformer.forward, "gpt2": gpt2.forward,
+                "spotter": spotter.forward}
+    mesh = jax.make_mesh((2, 2), ("data", "model"))
+    for name, (m, _, _, batch, rules) in CASES.items():
+        want = np.asarray(forwards[name](m, *batch))
+        runs = []
+        for table in (rules, sh.fsdp("data")):
+            placed = sm.shard(m, mesh, table)
+            xs = [jax.device_put(b, NamedSharding(mesh, P("data"))) for b in batch]
+            for context in (False, True):
+                if context:
+                    with jax.set_mesh(mesh):
+                        got = jax.jit(forwards[name])(placed, *xs)
+                else:
+                    got = jax.jit(forwards[name])(placed, *xs)
+                runs.append({
+                    "diff": float(np.max(np.abs(np.asarray(got) - want))),
+                    "kinds": sorted({a.name for a in got.sharding.mesh.axis_types}),
+                })
+        out.setdefault(name, {})["jit"] = runs
     print("RESULT" + json.dumps(out))
     """
 )
@@ -120,3 +149,13 @@ def test_on_an_explicit_mesh_placed_by_the_rules_and_trained_like_one_device(res
     assert all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(got, want)), r["losses"]
     assert got[0] != got[1]  # the step changed the model
     assert r["params_diff"] < 1e-5, r["params_diff"]
+
+
+@pytest.mark.parametrize("case", ["nn", "transformer", "gpt2", "spotter"])
+def test_a_users_own_jit_of_the_forward_on_an_explicit_mesh_equals_one_device(result, case):
+    # by the rules and by the FSDP preset, with and without `jax.set_mesh`
+    runs = result[case]["jit"]
+    assert len(runs) == 4, runs
+    for r in runs:
+        assert r["diff"] <= 1e-5, runs
+        assert r["kinds"] == ["Explicit"], runs

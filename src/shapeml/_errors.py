@@ -62,6 +62,7 @@ CODE_MODULES = (
     "shapeml._step._inputs",
     "shapeml._step._program",
     "shapeml._io._errors",
+    "shapeml._job._errors",
     "shapeml.models._limits",
     "shapeml._dead_params",
     "shapeml._grad",

@@ -354,3 +354,25 @@ def dce(
     only the inputs they depend on unless `keep_inputs`) and, per input, whether it was kept."""
     jaxpr, used = _pe.dce_jaxpr(closed.jaxpr, list(used_outputs), instantiate=keep_inputs)
     return ClosedJaxpr(jaxpr, closed.consts), list(used)
+
+
+def _client():
+    from jax._src import distributed
+
+    return distributed.global_state.client
+
+
+def barrier(name: str, timeout_s: float) -> None:
+    """Waits until every process of the job reaches the barrier `name` (JAX's coordination
+    service); raises JAX's runtime error after `timeout_s` seconds."""
+    _client().wait_at_barrier(name, int(timeout_s * 1000))
+
+
+def kv_set(key: str, value: str) -> None:
+    """Sets `key` in the job's key-value store (the coordination service)."""
+    _client().key_value_set(key, value)
+
+
+def kv_get(key: str, timeout_s: float) -> str:
+    """The value of `key` in the job's key-value store, waiting for it up to `timeout_s`."""
+    return _client().blocking_key_value_get(key, int(timeout_s * 1000))

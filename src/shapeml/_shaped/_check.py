@@ -26,6 +26,7 @@ from .._validate import shorten
 from ..models import Model
 from ..models._checks import dims_str
 from ._array_like import widen, widened_function
+from ._explicit import on_explicit_mesh, run_on_auto_axes
 from ._report import first_mismatch, named_in_violation, return_mismatch, signature_text
 
 __all__ = ["ShapeCheckError", "ShapedAnnotationError", "ShapedCallError", "shaped"]
@@ -192,6 +193,10 @@ def shaped(fn: F) -> F:
                 fix=f"call it as its signature says: {qual.rsplit('.', 1)[-1]}{shown_sig}",
             ) from None
         models = [v for v in bound.values() if isinstance(v, Model)]
+        mesh = on_explicit_mesh(list(bound.values()))
+        if mesh is not None:  # e.g. a user's own jit on an Explicit mesh: run on its Auto axes
+            inputs = [v for v in bound.values() if not isinstance(v, Model)]
+            return run_on_auto_axes(wrapper, args, kwargs, inputs, mesh)
         try:
             with jaxtyped("context"):
                 _bind_dims(models, qual)  # in this frame's memo: an isinstance check binds dims

@@ -4,6 +4,8 @@ and write and read sharded checkpoints in which every process handles only its o
 `docs/scaling.md`.
 """
 
+from .._job._errors import CollectiveTimeoutError as CollectiveTimeoutError
+from .._job._errors import JobSaveError as JobSaveError
 from ._checkpoints import CheckpointManager as CheckpointManager
 from ._errors import CheckpointDirectoryError as CheckpointDirectoryError
 from ._errors import InitializeError as InitializeError
@@ -18,7 +20,9 @@ from ._launch import launch as launch
 __all__ = [
     "CheckpointDirectoryError",
     "CheckpointManager",
+    "CollectiveTimeoutError",
     "InitializeError",
+    "JobSaveError",
     "LaunchError",
     "OrbaxMissingError",
     "ProcessFailedError",

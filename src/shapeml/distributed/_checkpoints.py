@@ -25,6 +25,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentError, ArgumentTypeError
 from .._io import NonFiniteError, allowed_nonfinite, names_text
+from .._job._watchdog import watched
 from .._traceback import api_boundary
 from .._validate import instance, integer, shorten
 from ..models import Model
@@ -34,6 +35,7 @@ from ..optim import Optimizer
 from ..optim._checkpoint import _opt_entries
 from ..optim._errors import OptimizerMismatchError
 from ._errors import CheckpointDirectoryError, OrbaxMissingError
+from ._finite import finite_flags
 from ._restore import restore_entries
 
 __all__ = ["CheckpointManager"]
@@ -125,7 +127,8 @@ class CheckpointManager:
 
     def wait(self) -> None:
         """Waits until every save started has been written (and committed) by every process."""
-        self._mgr.wait_until_finished()
+        with watched(f"waiting for the checkpoints of `{self.directory}`"):
+            self._mgr.wait_until_finished()
 
     def close(self) -> None:
         """Waits for the saves in flight, then releases orbax's threads."""
@@ -187,7 +190,8 @@ class CheckpointManager:
                 f"step {step} is already saved in `{self.directory}` (steps: {self.steps()})",
                 fix="save each step once; restore it, or save under a later step",
             )
-        bad = _nonfinite(arrays, allowed)
+        with watched(f"checking checkpoint {step} for NaN and inf"):
+            bad = _nonfinite(arrays, allowed)
         if bad:
             raise NonFiniteError(
                 f"refusing to save step {step} in `{self.directory}`: {names_text(bad)} hold NaN "
@@ -200,12 +204,13 @@ class CheckpointManager:
             meta["shapeml.format"] = "checkpoint"
             meta["shapeml.optimizer"] = json.dumps(opt.config())
         ocp = self._ocp
-        self._mgr.save(
-            step,
-            args=ocp.args.Composite(
-                **{_ARRAYS: ocp.args.PyTreeSave(arrays), _META: ocp.args.JsonSave(meta)}
-            ),
-        )
+        with watched(f"saving checkpoint {step} in `{self.directory}`"):
+            self._mgr.save(
+                step,
+                args=ocp.args.Composite(
+                    **{_ARRAYS: ocp.args.PyTreeSave(arrays), _META: ocp.args.JsonSave(meta)}
+                ),
+            )
 
     # restoring --------------------------------------------------------------------------------
     @typing.no_type_check  # validates its arguments itself, with coded errors
@@ -282,7 +287,7 @@ class CheckpointManager:
 
 
 def _nonfinite(arrays: dict[str, jax.Array], allowed: bool | frozenset) -> list[str]:
-    """Names of floating entries holding NaN or inf: one reduction, read once (every process
+    """Names of floating entries holding NaN or inf: one program, read once (every process
     computes the same answer from its shards)."""
     if allowed is True:
         return []
@@ -294,15 +299,5 @@ def _nonfinite(arrays: dict[str, jax.Array], allowed: bool | frozenset) -> list[
     ]
     if not names:
         return []
-    flags = jnp.stack([jnp.all(jnp.isfinite(arrays[k])) for k in names])
-    ok = jax.device_get(_replicated(flags))
+    ok = finite_flags([arrays[k] for k in names])
     return [k for k, good in zip(names, ok) if not good]
-
-
-def _replicated(x: jax.Array) -> jax.Array:
-    """`x` readable on every process (a small array of flags)."""
-    if x.is_fully_addressable or x.is_fully_replicated:
-        return x
-    from jax.experimental import multihost_utils
-
-    return multihost_utils.process_allgather(x, tiled=True)

@@ -3,7 +3,10 @@
 When a process dies its peers learn it from the failed collective of their next step (gloo:
 "Connection closed by peer") or from JAX's coordination service (missing heartbeats). The error
 JAX raises then names neither the job nor what to do; `peers_watched` turns it into a
-`ProcessFailedError` (E2203). Any other runtime error passes through as JAX raised it.
+`ProcessFailedError` (E2203). Any other runtime error passes through as JAX raised it. A
+process that raised E2203 cannot go on with its job: it ends a few seconds later
+(`_watchdog.exit_soon`) even if the error is caught, rather than wait in JAX's shutdown for the
+stopped peer.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from collections.abc import Iterator
 
 import jax
 
+from .._job import _watchdog as watchdog
 from ._errors import ProcessFailedError
 
 __all__ = ["peers_watched"]
@@ -41,11 +45,12 @@ def peers_watched(what: str) -> Iterator[None]:
         text = str(e)
         if jax.process_count() == 1 or not _PEER_LOST.search(text):
             raise
+        watchdog.exit_soon()  # the job is broken: this process ends too, whoever catches this
         first = text.strip().splitlines()[0] if text.strip() else type(e).__name__
         raise ProcessFailedError(
             f"{what} failed in process {jax.process_index()} of {jax.process_count()}: another "
             f"process of the job has stopped ({first})",
             fix="find the process that stopped first (the launcher names it), fix its cause, "
             "and run the job again with resume=True: it continues from the last complete "
-            "checkpoint",
+            f"checkpoint (this process exits within {watchdog.EXIT_GRACE:g} s)",
         ) from e

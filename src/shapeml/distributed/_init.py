@@ -14,8 +14,9 @@ import os
 import jax
 
 from .. import _jax_internals as jxi
+from .._job import _watchdog as watchdog
 from .._traceback import api_boundary
-from .._validate import integer
+from .._validate import integer, real
 from ._errors import InitializeError
 
 __all__ = ["ENV_COORDINATOR", "ENV_PROCESSES", "ENV_PROCESS_ID", "ProcessInfo", "initialize"]
@@ -82,7 +83,11 @@ def _info(source: str) -> ProcessInfo:
 
 @api_boundary
 def initialize(
-    *, timeout: int = 300, heartbeat_timeout: int = 100, shutdown_timeout: int = 30
+    *,
+    timeout: int = 300,
+    heartbeat_timeout: int = 100,
+    shutdown_timeout: int = 30,
+    collective_timeout: float = 300.0,
 ) -> ProcessInfo:
     """Joins this process to its job, wherever its settings come from; call it first.
 
@@ -98,6 +103,11 @@ def initialize(
         shutdown_timeout: seconds a process that ends waits for the others to end too
             (`shutdown_timeout_seconds`): past it, it exits anyway, so a process whose peer
             died exits within this bound rather than JAX's default of 300 s.
+        collective_timeout: seconds each of shapeml's waits on the job's devices may take (a
+            training step with its compile, reading its metrics, an evaluation, a checkpoint
+            save or gather): past it, the process prints `CollectiveTimeoutError` (E2207) and
+            exits with status 1, and its peers stop with E2203, so a job never hangs silently
+            (as `timeout` of PyTorch's `init_process_group`). Only in a job of several processes.
 
     Returns:
         a `ProcessInfo`: this process's index, the process count, the devices.
@@ -114,9 +124,12 @@ def initialize(
     timeout = integer("timeout", timeout, low=1)
     heartbeat_timeout = integer("heartbeat_timeout", heartbeat_timeout, low=1)
     shutdown_timeout = integer("shutdown_timeout", shutdown_timeout, low=1)
+    collective_timeout = real("collective_timeout", collective_timeout, low=0.0, low_open=True)
     launched = _settings()
     source = "launcher" if launched else "cluster" if jxi.cluster_detected() else None
     if jxi.distributed_client_started():
+        if jax.process_count() > 1:
+            watchdog.start(collective_timeout)
         return _info(source or "cluster")
     if source is None:
         return _info("single process")
@@ -147,4 +160,6 @@ def initialize(
             fix="start every process of the job (`shapeml launch --processes N -- ...` does), "
             "and check the address and port are reachable",
         ) from e
+    if jax.process_count() > 1:
+        watchdog.start(collective_timeout)
     return _info(source)

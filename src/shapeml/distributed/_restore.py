@@ -27,7 +27,7 @@ from ..optim._checkpoint import _check_like, _options, _parse
 from ..optim._config import rebuild
 from ..optim._errors import OptionConflictError
 from ..optim._optimizer import OPTIONS
-from ..sharding._rules import rules_table
+from ..sharding._table import rules_table
 
 __all__ = ["restore_entries"]
 

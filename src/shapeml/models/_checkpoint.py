@@ -17,6 +17,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError
 from .._io import FileFormatError, FileMissingError, read_safetensors, write_safetensors
+from .._job._single_file import in_job, write_from_job
 from .._traceback import api_boundary
 from .._validate import shorten
 from ._checks import statics_of
@@ -94,6 +95,12 @@ def save(
     The write is atomic: a crash mid-save leaves any old file at `path` intact, and the next save
     there removes the temp the crash left.
 
+    In a job of several processes whose model is split over their devices, call it in every
+    process (as PyTorch's FSDP full state dict): each gives its shards, the whole model is
+    gathered, process 0 writes the one file and the others return once it is complete. `sm.load`
+    reads it in any process count; `sharding.load(..., mesh=, rules=)` places it on a job's
+    mesh. For sharded, asynchronous checkpoints use `distributed.CheckpointManager`.
+
     Args:
         path: the file to write (its folder must exist).
         m: the model.
@@ -104,6 +111,8 @@ def save(
         NonFiniteError: (E1307) naming every tensor holding NaN or an infinity.
         ShapeMismatchError: (E0902) for a model whose tensors differ from its declaration.
         FolderMissingError: (E1305), FileAccessError: (E1306) when the file cannot be written.
+        JobSaveError: (E2208) in a job, when not every process calls it, or in the others when
+            process 0 could not write.
 
     Example:
         >>> sm.save("spotter.safetensors", m)
@@ -131,7 +140,14 @@ def save(
             fix="save each member of an ensemble on its own: "
             "sm.save(path_i, jax.tree.map(lambda a: a[i], models))",
         )
-    return write_safetensors(path, arrays, model_metadata(m), allow_nonfinite=allow_nonfinite)
+    meta = model_metadata(m)
+    if in_job(arrays):  # shards on other processes' devices: gathered, written by process 0
+        return write_from_job(
+            path,
+            arrays,
+            lambda whole: write_safetensors(path, whole, meta, allow_nonfinite=allow_nonfinite),
+        )
+    return write_safetensors(path, arrays, meta, allow_nonfinite=allow_nonfinite)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors

@@ -1,6 +1,7 @@
 """Scale out by named dims: a rule table from dim names to mesh axes places every field.
 
-`shard(m, mesh, {"D": "data"})` is FSDP, `{"F": "model"}` tensor parallel, `{}` data parallel;
+`shard(m, mesh, fsdp("data"))` is FSDP (every field split along its largest axis), `{"F": "model"}`
+tensor parallel, `fsdp("data", {"F": "model"})` both, `{}` data parallel;
 `partition_specs` plans without devices (`partition_spec` one array whose axes are named by
 dims, such as a KV cache); `memory_report` counts bytes per device; `load` reads a checkpoint
 straight onto its shards; `step_shardings` lays out a training step, its optimizer state paired
@@ -18,6 +19,8 @@ from ._errors import ProcessLayoutError as ProcessLayoutError
 from ._errors import RuleTableError as RuleTableError
 from ._errors import UnknownMeshAxisError as UnknownMeshAxisError
 from ._errors import UnknownRuleDimError as UnknownRuleDimError
+from ._fsdp import Fsdp as Fsdp
+from ._fsdp import fsdp as fsdp
 from ._load import load as load
 from ._memory import FieldMemory as FieldMemory
 from ._memory import MemoryReport as MemoryReport
@@ -42,6 +45,7 @@ __all__ = [
     "AxisReusedError",
     "CpuDevicesStartedError",
     "FieldMemory",
+    "Fsdp",
     "FieldPlan",
     "IndivisibleDimError",
     "MemoryReport",
@@ -53,6 +57,7 @@ __all__ = [
     "UnknownRuleDimError",
     "batch_part",
     "field_plans",
+    "fsdp",
     "load",
     "make_mesh",
     "memory_report",

@@ -26,7 +26,8 @@ from ..models._checkpoint import model_from_arrays, read_model_file
 from ..models._metadata import saved_dims, saved_statics
 from ..models._partial import warn_partial
 from ._place import shard
-from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
+from ._rules import FieldPlan, Rules, check_mesh, plan
+from ._table import rules_table
 
 __all__ = ["load"]
 
@@ -50,7 +51,9 @@ class _PlacedEntries(Mapping[str, Any]):
             cls = self._cls
             saved = saved_dims(self._meta, "")  # already checked by the codec
             dims = cls.dims.resolve(**{k: v for k, v in saved.items() if k in cls.dims.free})
-            plans = plan(cls, dims, self._rules, saved_statics(self._meta, ""))
+            plans = plan(
+                cls, dims, self._rules, saved_statics(self._meta, ""), dict(self._mesh.shape)
+            )
             check_mesh(plans, self._rules, self._mesh)
             self._plans = {p.name: p for p in plans}
         return self._plans

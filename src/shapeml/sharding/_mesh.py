@@ -20,7 +20,7 @@ from jax.sharding import AxisType, Mesh
 from .._traceback import api_boundary
 from .._validate import shorten
 from ._errors import MeshSpecError, RuleTableError
-from ._rules import rules_table
+from ._table import rules_table
 
 __all__ = ["make_mesh", "mesh_shape", "parse_rules"]
 

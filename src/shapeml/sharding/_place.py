@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
@@ -26,7 +26,8 @@ from ..models._introspect import dotted_name, statics
 from ..optim import Optimizer
 from ._errors import AxisReusedError, IndivisibleDimError, UnknownMeshAxisError
 from ._opt import opt_shardings
-from ._rules import FieldPlan, Rules, check_mesh, plan, rules_table
+from ._rules import FieldPlan, Rules, check_mesh, plan
+from ._table import rules_table
 
 __all__ = [
     "StepShardings",
@@ -43,16 +44,19 @@ __all__ = [
 
 
 @api_boundary
-def field_plans(m: Model, rules: Rules) -> dict[str, FieldPlan]:
-    """Every param and buffer of `m` by dotted name, with where the rules put it."""
+def field_plans(
+    m: Model, rules: Rules, sizes: Mapping[str, int] | None = None
+) -> dict[str, FieldPlan]:
+    """Every param and buffer of `m` by dotted name, with where the rules put it (`sizes`: the
+    mesh's axis sizes, which the FSDP preset needs to choose its axes)."""
     instance("m", m, Model, "an sm.Model")
-    return {p.name: p for p in plan(type(m), m.dims, rules, statics(m))}
+    return {p.name: p for p in plan(type(m), m.dims, rules, statics(m), sizes)}
 
 
 def checked_plans(m: Model, mesh: Mesh, rules: Rules) -> dict[str, FieldPlan]:
     """`field_plans`, after checking the rules against `mesh` (E1902, E1903)."""
-    plans = field_plans(m, rules)
     instance("mesh", mesh, Mesh, "a jax.sharding.Mesh")
+    plans = field_plans(m, rules, dict(mesh.shape))
     check_mesh(tuple(plans.values()), rules, mesh)
     return plans
 

@@ -29,21 +29,20 @@ from jax.sharding import PartitionSpec as P
 
 from .._errors import similar
 from .._traceback import api_boundary
-from .._validate import shorten
 from ..models import Dims, Model
 from ..models._fields import FieldSpec
 from ._errors import (
     AxisReusedError,
     IndivisibleDimError,
-    RuleTableError,
     UnknownMeshAxisError,
     UnknownRuleDimError,
 )
-from ._spellings import Level, axis_rule, canon, declarations, first_factor
+from ._fsdp import Fsdp, split_largest
+from ._spellings import Level, axis_rule, declarations, first_factor
+from ._table import Axes, rules_table
 
-__all__ = ["FieldPlan", "Rules", "check_mesh", "plan", "rules_table"]
+__all__ = ["FieldPlan", "Rules", "check_mesh", "plan"]
 
-Axes = tuple[str, ...]  # the mesh axes one array axis is split over; () is replicated
 # A rule table: Mapping[str, str | tuple[str, ...] | None]. Annotated `Any` because the public
 # entry points check it themselves (`rules_table`), with a coded error (E1905) and its fix.
 Rules = Any
@@ -78,50 +77,6 @@ class FieldPlan:
             n // int(np.prod([mesh_shape[a] for a in axes], dtype=np.int64))
             for n, axes in zip(self.shape, self.axes, strict=True)
         )
-
-
-def rules_table(rules: Any) -> tuple[tuple[str, Axes], ...]:
-    """The rule table checked and normalised: `(canonical key, axes)` pairs, sorted by key.
-
-    Raises:
-        RuleTableError: (E1905) for a table that is not a mapping of names to axis names.
-    """
-    if not isinstance(rules, Mapping):
-        raise RuleTableError(
-            f"`rules` must be a mapping from dim names to mesh axes, got {shorten(rules)} "
-            f"({type(rules).__name__})",
-            fix='pass e.g. rules={"D": "model"} ({} replicates everything)',
-        )
-    out: dict[str, Axes] = {}
-    for key, value in rules.items():
-        if not isinstance(key, str) or not key.strip():
-            raise RuleTableError(
-                f"rule key {shorten(key)} is not a dim name", fix='write e.g. {"D": "model"}'
-            )
-        if value is None:
-            axes: Axes = ()
-        elif isinstance(value, str):
-            axes = (value,)
-        elif isinstance(value, (tuple, list)) and value and all(isinstance(a, str) for a in value):
-            axes = tuple(value)
-        else:
-            raise RuleTableError(
-                f"rule `{key}`: {shorten(value)} is not a mesh axis name, a non-empty tuple of "
-                "axis names or None",
-                fix=f'write e.g. {{"{key}": "model"}} or {{"{key}": ("data", "model")}}',
-            )
-        if len(set(axes)) != len(axes):
-            raise RuleTableError(
-                f"rule `{key}` lists a mesh axis twice: {axes}", fix="name each axis once"
-            )
-        key_canon = canon(key)
-        if key_canon in out:
-            raise RuleTableError(
-                f"rules `{key}` and another key both spell `{key_canon}`",
-                fix="keep one rule per dim",
-            )
-        out[key_canon] = axes
-    return tuple(sorted(out.items()))
 
 
 class _Axis(NamedTuple):
@@ -241,13 +196,18 @@ def _places_nothing(owner: str, key: str, named: list[_Axis], names: list[str]):
 
 
 def plan(
-    cls: type[Model], dims: Dims, rules: Any, statics: Mapping[str, Any] | None = None
+    cls: type[Model],
+    dims: Dims,
+    rules: Any,
+    statics: Mapping[str, Any] | None = None,
+    sizes: Mapping[str, int] | None = None,
 ) -> tuple[FieldPlan, ...]:
-    """The placement of every param and buffer of a `cls` with these dims, without a mesh.
+    """The placement of every param and buffer of a `cls` with these dims.
 
     `statics` are the static values by dotted name (`sm.models._introspect.statics(m)`, or a
     checkpoint's): they say which optional tensors are present. Those not given take the
-    declared options and defaults.
+    declared options and defaults. `sizes` are the mesh's axis sizes, which the FSDP preset
+    (`fsdp(axis)`) needs to pick the axis it splits (without them it takes the largest).
 
     Raises:
         RuleTableError: (E1905) for a malformed table.
@@ -255,7 +215,10 @@ def plan(
         AxisReusedError: (E1904) when one field would use a mesh axis twice.
     """
     given = tuple(sorted((statics or {}).items()))
-    return _plan(cls, tuple(dims.items()), given, rules_table(rules))
+    plans = _plan(cls, tuple(dims.items()), given, rules_table(rules))
+    if isinstance(rules, Fsdp):
+        plans = split_largest(plans, rules.axes, sizes)
+    return plans
 
 
 def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
@@ -266,7 +229,10 @@ def check_mesh(plans: tuple[FieldPlan, ...], rules: Any, mesh: Mesh) -> None:
         IndivisibleDimError: (E1903) naming the field, the dim, its size and the axes.
     """
     sizes = dict(mesh.shape)
-    for key, axes in rules_table(rules):
+    table = rules_table(rules)
+    if isinstance(rules, Fsdp):
+        table += (("fsdp", rules.axes),)
+    for key, axes in table:
         for a in axes:
             if a not in sizes:
                 raise UnknownMeshAxisError(

@@ -23,11 +23,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from .._errors import ArgumentError, ShapemlError
+from .._job._watchdog import watched
 from .._traceback import api_boundary
 from .._validate import instance, integer
 from ..distributed import CheckpointManager
 from ..distributed._faults import peers_watched
-from ..models import Model, params
+from ..distributed._finite import finite_flags
+from ..models import Model
+from ..models._introspect import tensors
 from ..optim import Optimizer, averaged
 from ..optim._from_optax import reconfigure
 from ..sharding import make_mesh
@@ -186,7 +189,8 @@ def train(
         nonlocal pending
         if not pending:
             return
-        values = jax.device_get([v for _, v in pending])
+        with watched(f"reading the loss of step {at}"):
+            values = jax.device_get([v for _, v in pending])
         metrics = [v[1] if isinstance(v, tuple) else {} for v in values]
         losses = [float(v[0] if isinstance(v, tuple) else v) for v in values]
         for (i, _), value in zip(pending, losses):
@@ -227,15 +231,17 @@ def train(
                 flush(at)
             if checkpoint is not None and checkpoint_every and at % checkpoint_every == 0:
                 flush(at)
+                settle(step, at)
                 check_finite_weights(step.model, at, last_good)
                 saves.save(at, step.model, step.opt)
                 last_good = (at, saves.where(at))
             if eval_fn is not None and eval_every and at % eval_every == 0 and at != steps:
-                history.append({"step": at, **eval_fn(step.model)})
+                history.append({"step": at, **evaluated(eval_fn, step, at)})
         flush(steps)
         bar.close()
+        settle(step, steps)
         if eval_fn is not None:
-            history.append({"step": steps, **eval_fn(step.model)})
+            history.append({"step": steps, **evaluated(eval_fn, step, steps)})
         if checkpoint is not None:
             check_finite_weights(step.model, steps, last_good)
             saves.save(steps, step.model, step.opt)
@@ -251,11 +257,28 @@ def _where(last_good: tuple[int, str] | None) -> str:
     return "no checkpoint was written before it"
 
 
+def settle(step: TrainStep, at: int) -> None:
+    """Waits for the step's last update before anything else is queued: in a job (or on several
+    CPU devices) two programs with collectives in flight at once can deadlock them."""
+    with watched(f"training step {at}"):
+        jax.block_until_ready((step.model, step.opt))
+
+
+def evaluated(eval_fn: Callable, step: TrainStep, at: int) -> dict:
+    """`eval_fn(model)` after the step's last update, its values read before training goes on."""
+    settle(step, at)
+    with watched(f"eval_fn after step {at}"):
+        return jax.device_get(dict(eval_fn(step.model)))
+
+
 def check_finite_weights(model: Model, at: int, last_good: tuple[int, str] | None) -> None:
-    """Refuses to go on (or checkpoint) once a weight is NaN or infinite: one fused reduction."""
-    leaves = [x for x in jax.tree.leaves(model) if jnp.issubdtype(x.dtype, jnp.inexact)]
-    if not bool(jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))):
-        bad = [k for k, v in params(model).items() if not bool(jnp.all(jnp.isfinite(v)))]
+    """Refuses to go on (or checkpoint) once a weight is NaN or infinite: one program over every
+    weight (`finite_flags`), read by every process."""
+    named = [(k, v) for k, (_, v) in tensors(model).items() if jnp.issubdtype(v.dtype, jnp.inexact)]
+    with watched(f"checking the weights after step {at} for NaN and inf"):
+        ok = finite_flags([v for _, v in named])
+    if not ok.all():
+        bad = [k for (k, _), good in zip(named, ok) if not good]
         raise TrainingDivergedError(
             f"after step {at} the params {', '.join(f'`{k}`' for k in bad)} hold NaN or inf "
             f"(the loss was still finite); {_where(last_good)}",

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import sharding
 from .._errors import ArgumentError
+from .._job._watchdog import watched
 from .._step import CarryChangedError, Shell
 from .._step._devices import auto_mesh
 from .._traceback import api_boundary
@@ -150,7 +151,8 @@ class TrainStep:
         if mesh is not None:
             batch_axis = data_axis if data_axis in mesh.shape else None
             s = sharding.step_shardings(model, opt, mesh, rules or {}, batch_axis=batch_axis)
-            model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
+            with watched("placing a TrainStep's model and optimizer"):  # a resharding program
+                model, opt = jax.device_put(model, s.model), jax.device_put(opt, s.opt)
             self._placement = (auto_mesh(mesh), batch_axis)  # the step's view (`_step`)
         elif rules is not None:
             raise ArgumentError(
@@ -173,7 +175,8 @@ class TrainStep:
         if self._cores is not None:
             carry = self._cores.replicate(carry)
         step = _Update(loss, has_aux, grads.policy, remat)
-        self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
+        with watched("copying a TrainStep's model and optimizer"):  # its own buffers
+            self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
@@ -188,7 +191,8 @@ class TrainStep:
             batch = sharding.place_local_batch(batch, *self._placement)
         elif self._cores is not None:
             batch = self._cores.place_batch(batch)
-        with peers_watched("a TrainStep call"):  # E2203 when another process has stopped
+        # E2203 when another process has stopped, E2207 past the job's collective timeout
+        with peers_watched("a TrainStep call"), watched("a TrainStep call"):
             return self._shell(*batch)
 
     def compiled(self, *batch):
