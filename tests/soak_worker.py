@@ -61,7 +61,11 @@ def main(out: Path, model: str, steps: int, collective_timeout: float) -> None:
     path = sm.save(out / "model.safetensors", r.model)  # in every process: one file
     leaves = jax.tree_util.tree_leaves_with_path(r.model)
     whole = multihost_utils.process_allgather([x for _, x in leaves], tiled=True)
+    # data parallel: a replicated model is whole in every process, saved by process 0 alone (as
+    # torch.save under `if rank == 0:`), no collective
+    rep = jax.device_put(r.model, jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()))
     if info.is_main:
+        sm.save(out / "replicated.safetensors", rep)
         np.savez(out / "final.npz", **{
             jax.tree_util.keystr(p, simple=True, separator="."): np.asarray(v)
             for (p, _), v in zip(leaves, whole, strict=True)

@@ -91,6 +91,12 @@ def test_a_two_by_two_job_under_load_finishes_equal_to_one_device_or_stops_coded
     }
     assert sorted(got) == sorted(final)
     assert all(np.array_equal(got[k], final[k]) for k in final)
+    # and a replicated model saved by process 0 alone is the same file's tensors
+    rep = sm.load(tmp_path / "replicated.safetensors", type(_model("gpt2")))
+    assert all(
+        np.array_equal(np.asarray(v), final[jax.tree_util.keystr(p, simple=True, separator=".")])
+        for p, v in jax.tree_util.tree_leaves_with_path(rep)
+    )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], list(tmp_path.iterdir())
 
 

@@ -22,18 +22,34 @@ from .._errors import ShapemlError
 from ._errors import JobSaveError
 from ._watchdog import timeout, watched
 
-__all__ = ["in_job", "write_from_job"]
+__all__ = ["in_job", "on_host", "write_from_job"]
 
 _DEFAULT_TIMEOUT = 300.0  # seconds, when no watchdog runs (a job joined without `initialize`)
 _saves = itertools.count()  # the same sequence in every process: each calls every save
 
 
+def _elsewhere(v: Any) -> bool:
+    """Whether part of `v` lives only on other processes' devices (a replicated array is whole
+    in every process)."""
+    return isinstance(v, jax.Array) and not v.is_fully_addressable and not v.is_fully_replicated
+
+
 def in_job(arrays: Mapping[str, Any]) -> bool:
-    """Whether writing these arrays needs the whole job: some array has shards on other
-    processes' devices."""
-    return jax.process_count() > 1 and any(
-        isinstance(v, jax.Array) and not v.is_fully_addressable for v in arrays.values()
-    )
+    """Whether writing these arrays needs the whole job: some array has shards only on other
+    processes' devices. A replicated (data-parallel) model is written by whichever process
+    calls `sm.save`, as `torch.save` under `if rank == 0:`."""
+    return jax.process_count() > 1 and any(_elsewhere(v) for v in arrays.values())
+
+
+def on_host(arrays: Mapping[str, Any]) -> dict[str, Any]:
+    """The arrays as this process holds them: a replicated array spanning other processes'
+    devices is read from its local copy."""
+    return {
+        k: np.asarray(v.addressable_data(0))
+        if isinstance(v, jax.Array) and not v.is_fully_addressable
+        else v
+        for k, v in arrays.items()
+    }
 
 
 def _whole(x: Any) -> np.ndarray:

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from .._errors import ArgumentTypeError, ShapemlError
 from .._io import FileFormatError, FileMissingError, read_safetensors, write_safetensors
-from .._job._single_file import in_job, write_from_job
+from .._job._single_file import in_job, on_host, write_from_job
 from .._traceback import api_boundary
 from .._validate import shorten
 from ._checks import statics_of
@@ -99,7 +99,9 @@ def save(
     process (as PyTorch's FSDP full state dict): each gives its shards, the whole model is
     gathered, process 0 writes the one file and the others return once it is complete. `sm.load`
     reads it in any process count; `sharding.load(..., mesh=, rules=)` places it on a job's
-    mesh. For sharded, asynchronous checkpoints use `distributed.CheckpointManager`.
+    mesh. A replicated (data-parallel) model is whole in every process: the process that calls
+    it writes it (`if info.is_main: sm.save(...)`, as `torch.save` under `if rank == 0:`). For
+    sharded, asynchronous checkpoints use `distributed.CheckpointManager`.
 
     Args:
         path: the file to write (its folder must exist).
@@ -147,7 +149,7 @@ def save(
             arrays,
             lambda whole: write_safetensors(path, whole, meta, allow_nonfinite=allow_nonfinite),
         )
-    return write_safetensors(path, arrays, meta, allow_nonfinite=allow_nonfinite)
+    return write_safetensors(path, on_host(arrays), meta, allow_nonfinite=allow_nonfinite)
 
 
 @typing.no_type_check  # validates its arguments itself, with coded errors
