@@ -14,7 +14,7 @@ from typing import Any
 
 from .._traceback import api_boundary
 from ..models import Model
-from ..models._mapped import Mapped, map_model
+from ..models._mapped import Inherit, Mapped, map_model
 from ._errors import LayerDimsError, LayerOptionError
 
 __all__ = ["Layer"]
@@ -52,7 +52,9 @@ class Layer(Model):
         mapped = map_model(
             cls, dims_and_options, dims_error=LayerDimsError, option_error=LayerOptionError
         )
-        cls._check(None, {**cls.__shapeml_statics__, **dict(mapped.options)})
+        # an inherited option is the parent's value, checked when the layer is built
+        given = {k: v for k, v in mapped.options if not isinstance(v, Inherit)}
+        cls._check(None, {**cls.__shapeml_statics__, **given})
         return mapped
 
     @classmethod
