@@ -36,6 +36,9 @@ class Inherit:
 
     name: str
 
+    def __repr__(self) -> str:
+        return f"Inherit({self.name!r})"
+
 
 @api_boundary
 @dataclasses.dataclass(frozen=True, repr=False)
