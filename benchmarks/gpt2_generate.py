@@ -78,7 +78,7 @@ def measure(name: str, hf, m, batch: int, quick: bool) -> float:
     fns = {"shapeml": sm_generate, "transformers": hf_generate}
     if threads > 1:
         fns["transformers 1 thread"] = lambda: hf_generate(1)
-    times = interleaved(fns, rounds=3 if quick else 7, number=1 if quick else 2)
+    times = interleaved(fns, rounds=3 if quick else 5, number=1)
     torch.set_num_threads(threads)
     best = min((k for k in times if k != "shapeml"), key=times.get)
     ratio = times["shapeml"] / times[best]
