@@ -39,7 +39,9 @@ class Layer(Model):
         Args:
             **dims_and_options: a layer dim mapped to a parent dim's name (`In="D"`), to an
                 expression of parent dims (`Out="4 * D"`), or to a fixed size (`In=64`); and the
-                layer's options (`bias=False`, `stride=2`, `causal=True`, ...).
+                layer's options (`bias=False`, `stride=2`, `causal=True`, ...); and `init=`, a
+                mapping of the layer's tensor names to initializers that replace the declared
+                ones (`init={"w": sm.normal(std=0.02)}`).
 
         Returns:
             A `shapeml.models.Mapped` value: `up: nn.Linear = sm.submodel(nn.Linear.of(...))`.
@@ -47,7 +49,8 @@ class Layer(Model):
         Raises:
             LayerDimsError: (E1801) a dim mapped to a non-name, a derived dim, or a dim mapped
                 to another of the layer's own dims that is itself mapped.
-            LayerOptionError: (E1802) an unknown option or a value out of its range.
+            LayerOptionError: (E1802) an unknown option or a value out of its range, or an
+                `init=` naming no tensor of the layer or giving something not an initializer.
         """
         mapped = map_model(
             cls, dims_and_options, dims_error=LayerDimsError, option_error=LayerOptionError
