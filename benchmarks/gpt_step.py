@@ -69,7 +69,7 @@ def _ln(p, name, x, eps=1e-5):
     mu = jnp.mean(x, axis=-1, keepdims=True)
     var = jnp.mean(jnp.square(x - mu), axis=-1, keepdims=True)
     y = (x - mu) * jnp.reciprocal(jnp.sqrt(var + eps))
-    return y * p[name + ".scale"][None, None] + p[name + ".bias"][None, None]
+    return y * p[name + ".scale"][None, None] + p[name + ".shift"][None, None]
 
 
 def _rope(x):
@@ -121,7 +121,7 @@ class RawStep:
         )
         self.params = {k: jnp.array(v) for k, v in sm.params(m).items()}
         # No decay on norm scales and shifts or biases: what their `decay=False` declares.
-        mask = {k: not k.endswith((".b", ".scale", ".bias")) for k in self.params}
+        mask = {k: not k.endswith((".b", ".scale", ".shift")) for k in self.params}
         self.tx = optax.chain(
             optax.clip_by_global_norm(CLIP), optax.adamw(schedule, weight_decay=WD, mask=mask)
         )
@@ -147,8 +147,8 @@ class TorchStep:
 
     def __init__(self, m: GPT, lr=LR, warmup=WARMUP, cosine=COSINE, compiled=False):
         self.p = {k: torch.tensor(np.array(v), requires_grad=True) for k, v in sm.params(m).items()}
-        no_decay = [v for k, v in self.p.items() if k.endswith((".b", ".scale", ".bias"))]
-        decay = [v for k, v in self.p.items() if not k.endswith((".b", ".scale", ".bias"))]
+        no_decay = [v for k, v in self.p.items() if k.endswith((".b", ".scale", ".shift"))]
+        decay = [v for k, v in self.p.items() if not k.endswith((".b", ".scale", ".shift"))]
         groups = [{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}]
         self.opt = torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.999), eps=1e-8)
 
@@ -181,7 +181,7 @@ class TorchStep:
         causal = torch.ones(t, t, dtype=torch.bool).tril()
 
         def ln(name, x):
-            return F.layer_norm(x, (d,), p[name + ".scale"], p[name + ".bias"], eps=1e-5)
+            return F.layer_norm(x, (d,), p[name + ".scale"], p[name + ".shift"], eps=1e-5)
 
         for i in range(self.layers):
             pre = f"blocks.{i}."

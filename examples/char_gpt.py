@@ -176,7 +176,6 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"resumed from {ckpt} at step {int(opt.step)}")
     fast = dict(devices=args.devices, precision=args.precision, remat=args.remat)
     train = TrainStep(loss, m, opt, **fast)
-    val_loss = jax.jit(loss)
     first = int(opt.step)
     history: list[tuple[int, float, float]] = []
     start = time.perf_counter()
@@ -184,7 +183,8 @@ def main(argv: list[str] | None = None) -> dict:
     bar = tqdm(range(first, last), initial=first, total=args.steps, disable=args.no_progress)
     for s in bar:
         value = train(corpus.batch("train", args.batch_size, args.ctx + 1, args.seed, s))
-        val = val_loss(train.model, corpus.batch("val", args.batch_size, args.ctx + 1, 0, s))
+        # on the step's devices, the batch split as the step's (never replicated on each)
+        val = train.evaluate(corpus.batch("val", args.batch_size, args.ctx + 1, 0, s))
         history.append((s, float(value), float(val)))
         bar.set_postfix(train=f"{history[-1][1]:.3f}", val=f"{history[-1][2]:.3f}")
         if (s + 1) % args.checkpoint_every == 0 or s + 1 == last:

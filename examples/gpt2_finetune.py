@@ -29,12 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 import shapeml as sm
-from shapeml import optim
+from shapeml import optim, training
 from shapeml.training import TrainStep
 from shapeml.zoo import gpt2
 
@@ -113,13 +112,14 @@ def main(argv: list[str] | None = None) -> dict:
 
     corpus = Corpus()
     length = args.ctx + 1  # `loss` predicts tokens 1.. from the ctx tokens before them
-    val_loss = jax.jit(gpt2.loss)
 
     def validate(model) -> float:
         batches = [
             corpus.batch("val", args.batch_size, length, 0, i) for i in range(args.eval_batches)
         ]
-        return float(np.mean([val_loss(model, jnp.asarray(b)) for b in batches]))
+        # on the devices the model is placed on (the step's, after training), each batch split
+        # over them as the step splits its own
+        return float(np.mean([training.evaluate(gpt2.loss, model, b) for b in batches]))
 
     before = validate(m)
     print(f"validation loss before fine-tuning: {before:.3f}")

@@ -94,18 +94,18 @@ def test_embedding_and_tied_logits_match_numpy():
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16])
 def test_norms_match_numpy(dtype):
-    ln = nn.LayerNorm.init(seed=0, D=6).replace(scale=_x(6), bias=_x(6))
+    ln = nn.LayerNorm.init(seed=0, D=6).replace(scale=_x(6), shift=_x(6))
     rms = nn.RMSNorm.init(seed=0, D=6).replace(scale=_x(6))
     x = _x(3, 6, dtype=dtype) * 3 + 1
     xf = np.asarray(x, np.float64)
     mu, var = xf.mean(-1, keepdims=True), xf.var(-1, keepdims=True)
-    ref_ln = (xf - mu) / np.sqrt(var + 1e-5) * np.asarray(ln.scale) + np.asarray(ln.bias)
+    ref_ln = (xf - mu) / np.sqrt(var + 1e-5) * np.asarray(ln.scale) + np.asarray(ln.shift)
     ref_rms = xf / np.sqrt((xf**2).mean(-1, keepdims=True) + 1e-6) * np.asarray(rms.scale)
     tol = 1e-5 if dtype == np.float32 else 3e-3
     for y, ref in ((ln(x), ref_ln), (rms(x), ref_rms)):
         assert y.shape == (3, 6) and y.dtype == jnp.float32  # float32 params promote
         np.testing.assert_allclose(np.asarray(y), ref, rtol=tol, atol=tol)
-    for name in ("scale", "bias"):
+    for name in ("scale", "shift"):
         assert nn.LayerNorm.__shapeml_fields__[name].decay is False
     with pytest.raises(sm.ShapemlError, match="E1001"):
         ln(_x(3, 5))

@@ -277,7 +277,7 @@ def build_model(
                 if spec.kind == "submodel"
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
-            options = {p + k: v for p in paths for k, v in spec.mapped.options}
+            options = {p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
             models = [build_model(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
             values[name] = models[0] if spec.kind == "submodel" else tuple(models)
         elif spec.present(own):

@@ -98,7 +98,7 @@ def check_fields(
             problems.append(f"{name}: {why} ({describe_spec(spec, dims)})")
             continue
         stacked = spec.kind == "submodels" and spec.stacked_in(statics)
-        stored[name], problem = check_value(cls.__name__, name, spec, value, dims, stacked)
+        stored[name], problem = check_value(cls.__name__, name, spec, value, dims, stacked, statics)
         if problem:
             problems.append(problem)
     return stored, problems
@@ -112,19 +112,25 @@ def _what(value: Any) -> str:
 
 
 def check_value(
-    owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims, stacked: bool = False
+    owner: str,
+    name: str,
+    spec: FieldSpec,
+    value: Any,
+    dims: Dims,
+    stacked: bool = False,
+    parent: Mapping[str, Any] | None = None,
 ):
     """Returns (value to store, problem or None). Sub-models stored `stacked` may be given as a
     tuple of layers (checked, then stacked) or as one stacked model (checked as it is)."""
     if spec.kind == "submodel":
-        return check_child(owner, name, spec, value, dims)
+        return check_child(owner, name, spec, value, dims, parent)
     if spec.kind == "submodels":
         count = spec.count_in(dims)
         if stacked and isinstance(value, spec.model):
-            value, problem = check_child(owner, name, spec, value, dims)
+            value, problem = check_child(owner, name, spec, value, dims, parent)
             return value, problem or check_stacked(name, value, count)
         if not stacked and isinstance(value, spec.model):  # stacked layers, given unstacked
-            value, problem = check_child(owner, name, spec, value, dims)
+            value, problem = check_child(owner, name, spec, value, dims, parent)
             problem = problem or check_stacked(name, value, count)
             return (value, problem) if problem else (unstack(value, count), None)
         if not isinstance(value, (tuple, list)):
@@ -137,7 +143,9 @@ def check_value(
                 f"{name}: expected {count} x {spec.model.__name__} ({spec.count}={count}), "
                 f"got {len(value)}"
             )
-        checked = [check_child(owner, f"{name}.{i}", spec, v, dims) for i, v in enumerate(value)]
+        checked = [
+            check_child(owner, f"{name}.{i}", spec, v, dims, parent) for i, v in enumerate(value)
+        ]
         problems = [p for _, p in checked if p]
         layers = tuple(v for v, _ in checked)
         if stacked and not problems and count:
@@ -173,7 +181,14 @@ def check_value(
     return value, None
 
 
-def check_child(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
+def check_child(
+    owner: str,
+    name: str,
+    spec: FieldSpec,
+    value: Any,
+    dims: Dims,
+    parent: Mapping[str, Any] | None = None,
+):
     model = spec.model
     if not isinstance(value, model):
         return value, f"{name}: expected a {model.__name__}, got {type(value).__name__}"
@@ -188,7 +203,7 @@ def check_child(owner: str, name: str, spec: FieldSpec, value: Any, dims: Dims):
         return value, f"{name}: its dims differ from `{owner}`'s ({diff})"
     options = [
         f"{k}: expected {v!r}, got {getattr(value, k)!r}"
-        for k, v in spec.mapped.options
+        for k, v in spec.mapped.options_in(parent or {})
         if getattr(value, k) != v or type(getattr(value, k)) is not type(v)
     ]
     if options:

@@ -209,8 +209,14 @@ def submodel(model: type | Mapped, /, **dims_and_options: Any):
     its other dims onto the parent's (`In="D"`, an expression `Out="4 * D"`, or a number) and
     set its options (`bias=False`). `sm.submodel(nn.Linear.of(In="D"))` is the same.
 
+    `init={dotted tensor name: initializer}` draws some of its tensors with other initializers
+    than their classes declare (from the same per-field keys); a `sm.normal(std=...)` expression
+    there reads the parent's dims.
+
     Example:
         >>> up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="F", bias=False)
+        >>> proj: nn.Linear = sm.submodel(nn.Linear, In="F", Out="D",
+        ...                               init={"w": sm.normal(std="0.02 / sqrt(2 * L)")})
     """
     mapped = _as_mapped("submodel", model, dims_and_options)
     return _declare(FieldSpec("submodel", model=mapped.model, mapped=mapped))
@@ -237,7 +243,8 @@ def submodels(
     checkpoints and seeds are the same either way: `sm.params(m)` and `sm.save` list
     `blocks.0.w1`, `blocks.1.w1`, ..., layer `i` draws the values it draws unstacked, and a
     checkpoint saved from either storage loads into the other. The model is built from a tuple of
-    sub-models (stacked on construction) or from one stacked sub-model.
+    sub-models (stacked on construction) or from one stacked sub-model. `init={...}` overrides
+    initializers as for `sm.submodel`, for every layer alike (`"attn.o.w"`, no layer number).
 
     Example:
         >>> blocks: Block = sm.submodels(Block, "L", stacked=True)

@@ -178,7 +178,7 @@ def declared(
                 if spec.kind == "submodel"
                 else [f"{name}.{i}." for i in range(spec.count_in(dims))]
             )
-            options = {prefix + p + k: v for p in prefixes for k, v in spec.mapped.options}
+            options = {prefix + p + k: v for p in prefixes for k, v in spec.mapped.options_in(own)}
             for p in prefixes:
                 inner = declared(spec.model, sub, {**given, **options}, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})

@@ -69,7 +69,7 @@ def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -
         if spec.kind in ("submodel", "submodels"):
             count = 1 if spec.kind == "submodel" else spec.count_in(dims)
             sub = f"{prefix}{name}." + ("" if spec.kind == "submodel" else "0.")
-            options = {sub + k: v for k, v in spec.mapped.options}
+            options = {sub + k: v for k, v in spec.mapped.options_in(own)}
             child = _footprint(spec.model, child_dims(spec, dims), sub, {**statics, **options})
             nbytes, parts = nbytes + count * child.nbytes, parts + count * (1 + child.parts)
             field = child.largest if count else None

@@ -7,15 +7,18 @@ sub-model is built with:
 
     up: nn.Linear = sm.submodel(nn.Linear, In="D", Out="4 * D", bias=False)
 
-The value is plain data (the class, by reference, and two tuples), so it compares, hashes and
-pickles like any value; the sub-model built from it is an instance of the class itself, with its
-own dim names (`m.up.dims.In`).
+The value is plain data (the class, by reference, and tuples), so it compares, hashes and pickles
+like any value; the sub-model built from it is an instance of the class itself, with its own dim
+names (`m.up.dims.In`). It may also give some of the sub-model's tensors another initializer than
+their class declares (`init={"w": sm.normal(std=0.02)}`, dotted names reaching deeper), and take an
+option from the parent's static field of a name (`Inherit("bias")`: `nn.MLP`'s `bias` reaches its
+two Linears).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._errors import ShapemlError, similar
@@ -24,7 +27,17 @@ from .._validate import shorten
 from ._dims import Dims, DimsError, DimsOverrideError, evaluate, names_in
 from ._statics import check_static
 
-__all__ = ["Mapped", "child_dims", "map_model"]
+__all__ = ["Inherit", "Mapped", "child_dims", "map_model"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Inherit:
+    """An option a sub-model takes from its parent's static field `name` (set per instance)."""
+
+    name: str
+
+    def __repr__(self) -> str:
+        return f"Inherit({self.name!r})"
 
 
 @api_boundary
@@ -36,16 +49,27 @@ class Mapped:
         model: the sub-model's class.
         dims: `(own dim, parent expression or whole number)` pairs: the own dim's value is the
             expression evaluated in the parent's dims (`("Out", "4 * D")`), or the number.
-        options: `(static field, value)` pairs the sub-model is built with.
+        options: `(static field, value)` pairs the sub-model is built with; a value may be an
+            `Inherit(name)`: the parent's static field `name`.
+        inits: `(dotted tensor name, initializer)` pairs overriding the class's declarations.
     """
 
     model: type
     dims: tuple[tuple[str, int | str], ...] = ()
     options: tuple[tuple[str, Any], ...] = ()
+    inits: tuple[tuple[str, Callable], ...] = ()
 
     def __repr__(self) -> str:
         args = [f"{k}={v!r}" for k, v in (*self.dims, *self.options)]
+        if self.inits:
+            args.append(f"init={dict(self.inits)!r}")
         return f"{self.model.__name__}.of({', '.join(args)})"
+
+    def options_in(self, parent: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+        """The options with each `Inherit` replaced by the parent's static value."""
+        return tuple(
+            (k, parent.get(v.name) if isinstance(v, Inherit) else v) for k, v in self.options
+        )
 
     def init(self, seed: Any = 0, *, max_bytes: int | None = None, **parent_dims: Any):
         """The sub-model as a parent with these dims would build it (a standalone layer).
@@ -65,7 +89,8 @@ class Mapped:
                 )
         own = child_dims(self, Dims(**parent_dims))
         free = {n: own[n] for n in self.model.dims.free}
-        return self.model.init(seed, max_bytes=max_bytes, **free, **dict(self.options))
+        options = {k: v for k, v in self.options if not isinstance(v, Inherit)}
+        return self.model.init(seed, max_bytes=max_bytes, **free, **options)
 
 
 def reads(mapped: Mapped) -> set[str]:
@@ -94,6 +119,8 @@ def map_model(
     """
     decl: Dims = cls.dims
     statics = cls.__shapeml_statics__
+    names_and_options = dict(names_and_options)
+    inits = _check_inits(cls, names_and_options.pop("init", None), option_error)
     for k in names_and_options:
         if k not in decl and k not in statics:
             raise option_error(
@@ -112,11 +139,61 @@ def map_model(
         if n in renames and not (isinstance(renames[n], str) and renames[n].strip() == n)
     )
     options = tuple(
-        (k, check_static(cls.__name__, k, names_and_options[k]))
+        (
+            k,
+            names_and_options[k]
+            if isinstance(names_and_options[k], Inherit)
+            else check_static(cls.__name__, k, names_and_options[k]),
+        )
         for k in statics
         if k in names_and_options
     )
-    return Mapped(cls, dims, options)
+    return Mapped(cls, dims, options, inits)
+
+
+def tensor_names(cls: type, prefix: str = "") -> list[str]:
+    """Every param and buffer a `cls` may hold, by dotted name without layer numbers (a
+    `submodels` field's layers share one name: `blocks.attn.w`)."""
+    out: list[str] = []
+    for name, spec in cls.__shapeml_fields__.items():
+        if spec.kind in ("submodel", "submodels"):
+            out += tensor_names(spec.model, f"{prefix}{name}.")
+        else:
+            out.append(prefix + name)
+    return out
+
+
+def _check_inits(cls: type, inits: Any, error: type[ShapemlError]) -> tuple:
+    if inits is None:
+        return ()
+    names = tensor_names(cls)
+    example = f'init={{"{names[0] if names else "w"}": sm.normal(std=0.02)}}'
+    if not isinstance(inits, Mapping) or not inits:
+        raise error(
+            f"`{cls.__name__}.of(init={shorten(inits)})`: init maps tensor names to initializers",
+            fix=f"write e.g. `{example}`",
+        )
+    for k, v in inits.items():
+        if k not in names:
+            raise error(
+                f"`{cls.__name__}.of(init=...)` names `{k}`, which is not one of its tensors "
+                f"({', '.join(names) or 'none'})",
+                fix=similar(str(k), names, what="tensor") or f"write e.g. `{example}`",
+            )
+        if not callable(v):
+            raise error(
+                f"`{cls.__name__}.of(init=...)` gives `{k}` {shorten(v)}, which is not an "
+                "initializer",
+                fix=f"pass one, e.g. `{example}` (any `(key, shape, dtype) -> array` callable)",
+            )
+        try:
+            hash(v)
+        except TypeError:
+            raise error(
+                f"`{cls.__name__}.of(init=...)`: the initializer of `{k}` is not hashable",
+                fix="use sm.normal(...), sm.uniform(...), nn.fan_in(...) or a plain function",
+            ) from None
+    return tuple(sorted(inits.items()))
 
 
 def _check_target(owner, decl: Dims, n: str, target: Any, renames, error) -> None:

@@ -25,6 +25,7 @@ from ._annotations import read_declarations
 from ._checks import check_fields, dims_str, key_of, statics_of
 from ._dims import Dims, DimsError
 from ._fields import FieldDeclarationError, FieldSpec
+from ._initializers import resolve_init
 from ._limits import check_size, max_bytes_of
 from ._mapped import Mapped, child_dims, map_model
 from ._repr import repr_html, repr_lines
@@ -271,26 +272,44 @@ class Model(eqx.Module, metaclass=_ModelType):
         return map_model(cls, dims_and_options, **errors)
 
     @classmethod
-    def _init_at(cls, key: jax.Array, dims: Dims, prefix: str, statics: tuple = ()):
+    def _init_at(
+        cls,
+        key: jax.Array,
+        dims: Dims,
+        prefix: str,
+        statics: tuple = (),
+        inits: Mapping | None = None,
+    ):
+        """Draws every field; `inits` maps dotted names below this model to initializers that
+        override the declared ones (from a parent's declaration, already resolved)."""
         values = dict(statics)
         own = statics_of(cls, values)
+        inits = inits or {}
         for name, spec in cls.__shapeml_fields__.items():
             path = prefix + name
-            if spec.kind == "submodel":
+            if spec.kind in ("submodel", "submodels"):
                 sub = child_dims(spec, dims)
-                values[name] = spec.model._init_at(key, sub, path + ".", spec.mapped.options)
-            elif spec.kind == "submodels":
-                sub = child_dims(spec, dims)
-                values[name] = tuple(
-                    spec.model._init_at(key, sub, f"{path}.{i}.", spec.mapped.options)
-                    for i in range(spec.count_in(dims))
-                )
+                where = f"`{cls.__name__}.{name}`"
+                # the nearer declaration first, so a parent further up has the last word
+                below = {k: resolve_init(v, dims, where) for k, v in spec.mapped.inits}
+                lead = name + "."
+                below.update({k[len(lead) :]: v for k, v in inits.items() if k.startswith(lead)})
+                options = spec.mapped.options_in(own)
+                if spec.kind == "submodel":
+                    values[name] = spec.model._init_at(key, sub, path + ".", options, below)
+                else:
+                    values[name] = tuple(
+                        spec.model._init_at(key, sub, f"{path}.{i}.", options, below)
+                        for i in range(spec.count_in(dims))
+                    )
             elif not spec.present(own):
                 values[name] = None
             else:
                 shape = spec.shape_in(dims, f"`{cls.__name__}.{name}`")
                 field_key = jax.random.fold_in(key, field_hash(path))
-                values[name] = jnp.asarray(spec.init(field_key, shape, spec.dtype), spec.dtype)
+                init = inits.get(name, spec.init)
+                init = resolve_init(init, dims, f"`{cls.__name__}.{name}`")
+                values[name] = jnp.asarray(init(field_key, shape, spec.dtype), spec.dtype)
         return cls(dims=dims, **values)
 
     @typing.no_type_check  # validates its arguments itself, with coded errors

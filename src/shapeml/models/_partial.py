@@ -166,7 +166,7 @@ def _specs(cls: type[Model], dims, statics: Mapping[str, Any], prefix: str = "")
                 if spec.kind == "submodel"
                 else [f"{name}.{i}." for i in range(spec.count_in(dims))]
             )
-            options = {prefix + p + k: v for p in paths for k, v in spec.mapped.options}
+            options = {prefix + p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
             for p in paths:
                 inner = _specs(spec.model, sub, {**statics, **options}, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})

@@ -14,7 +14,7 @@ from typing import Any
 
 from .._traceback import api_boundary
 from ..models import Model
-from ..models._mapped import Mapped, map_model
+from ..models._mapped import Inherit, Mapped, map_model
 from ._errors import LayerDimsError, LayerOptionError
 
 __all__ = ["Layer"]
@@ -39,7 +39,9 @@ class Layer(Model):
         Args:
             **dims_and_options: a layer dim mapped to a parent dim's name (`In="D"`), to an
                 expression of parent dims (`Out="4 * D"`), or to a fixed size (`In=64`); and the
-                layer's options (`bias=False`, `stride=2`, `causal=True`, ...).
+                layer's options (`bias=False`, `stride=2`, `causal=True`, ...); and `init=`, a
+                mapping of the layer's tensor names to initializers that replace the declared
+                ones (`init={"w": sm.normal(std=0.02)}`).
 
         Returns:
             A `shapeml.models.Mapped` value: `up: nn.Linear = sm.submodel(nn.Linear.of(...))`.
@@ -47,12 +49,15 @@ class Layer(Model):
         Raises:
             LayerDimsError: (E1801) a dim mapped to a non-name, a derived dim, or a dim mapped
                 to another of the layer's own dims that is itself mapped.
-            LayerOptionError: (E1802) an unknown option or a value out of its range.
+            LayerOptionError: (E1802) an unknown option or a value out of its range, or an
+                `init=` naming no tensor of the layer or giving something not an initializer.
         """
         mapped = map_model(
             cls, dims_and_options, dims_error=LayerDimsError, option_error=LayerOptionError
         )
-        cls._check(None, {**cls.__shapeml_statics__, **dict(mapped.options)})
+        # an inherited option is the parent's value, checked when the layer is built
+        given = {k: v for k, v in mapped.options if not isinstance(v, Inherit)}
+        cls._check(None, {**cls.__shapeml_statics__, **given})
         return mapped
 
     @classmethod

@@ -102,7 +102,7 @@ def declarations(
                 if spec.kind == "submodel"
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(level.dims[-1]))]
             )
-            options = {p + k: v for p in paths for k, v in spec.mapped.options}
+            options = {p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
             for p in paths:
                 yield from declarations(spec.model, sub, {**statics, **options}, p)
         elif spec.present(own):

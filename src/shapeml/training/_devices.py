@@ -26,9 +26,11 @@ __all__ = ["DataParallel", "default_devices"]
 
 @dataclasses.dataclass(frozen=True)
 class DataParallel:
-    """A 1-D mesh `data=n`: batches split over it, everything else replicated."""
+    """A 1-D mesh `data=n`: batches split over it, everything else replicated (or any mesh,
+    batches split over its `axis`)."""
 
     mesh: Mesh
+    axis: str = "data"
 
     @property
     def size(self) -> int:
@@ -40,12 +42,13 @@ class DataParallel:
     def place_batch(self, batch: tuple) -> tuple:
         """Each array split by rows over the devices (replicated when they do not divide its
         rows, or it has none)."""
-        split, whole = NamedSharding(self.mesh, P("data")), NamedSharding(self.mesh, P())
+        split, whole = NamedSharding(self.mesh, P(self.axis)), NamedSharding(self.mesh, P())
 
         def one(x):
             x = x if isinstance(x, jax.Array) else np.asarray(x)
             rows = np.shape(x)[0] if np.ndim(x) else 0
-            return jax.device_put(x, split if rows and rows % self.size == 0 else whole)
+            parts = self.mesh.shape[self.axis]
+            return jax.device_put(x, split if rows and rows % parts == 0 else whole)
 
         return jax.tree.map(one, batch)
 

@@ -28,6 +28,7 @@ from ..models import Model
 from ..models._introspect import param_mask
 from ..optim import Optimizer, averaged, update
 from ._devices import default_devices
+from ._evaluate import Evaluation
 from ._grads import Gradients
 
 __all__ = ["TrainStep"]
@@ -175,6 +176,7 @@ class TrainStep:
         if self._cores is not None:
             carry = self._cores.replicate(carry)
         step = _Update(loss, has_aux, grads.policy, remat)
+        self._evaluation = Evaluation(loss, has_aux, grads.policy, self._placement, self._cores)
         with watched("copying a TrainStep's model and optimizer"):  # its own buffers
             self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
 
@@ -194,6 +196,30 @@ class TrainStep:
         # E2203 when another process has stopped, E2207 past the job's collective timeout
         with peers_watched("a TrainStep call"), watched("a TrainStep call"):
             return self._shell(*batch)
+
+    def evaluate(self, *batch, fn: Callable | None = None):
+        """Evaluates the current model on a batch, on the step's devices, the batch split over
+        them as the step splits its own (never replicated, which would run all of it on each).
+
+        Runs `fn(model, *batch)` (default: the step's loss; with `has_aux`, an aux that is the
+        updated model is left out) under the step's precision, as one `jax.jit` program per
+        function and batch shape; nothing is updated and nothing is donated.
+
+        Args:
+            *batch: arrays as the step takes them (each process's part, in a job of several).
+            fn: another function of `(model, *batch)`, e.g. an accuracy or a per-example loss
+                (a per-row output comes back split over the devices, as the batch).
+
+        Returns:
+            What `fn` (or the loss) returns, on device: `float(...)` waits for it.
+
+        Example:
+            >>> step = TrainStep(loss, m, opt)
+            >>> val = step.evaluate(x_val, y_val)                  # the loss, batch split
+            >>> acc = step.evaluate(x_val, y_val, fn=accuracy)     # any fn(model, *batch)
+        """
+        with peers_watched("a TrainStep evaluation"), watched("a TrainStep evaluation"):
+            return self._evaluation(self.model, batch, fn)
 
     def compiled(self, *batch):
         """The compiled step for this batch (compiled if needed, nothing run), a

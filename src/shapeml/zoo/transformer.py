@@ -29,7 +29,7 @@ from ..models import Dims, Model, normal
 from ..models import param as field
 from ..state import Graph, KVCache, StateIndexError, check_index, param, state
 from ._errors import TransformerDimsError
-from ._sampling import check_sampling
+from ._sampling import check_sampling, pick
 
 __all__ = [
     "CachedDecoder",
@@ -230,25 +230,17 @@ def step(
     return x @ m.embed.T, cache
 
 
-def _pick(logits, key, i, temperature):
-    if key is None:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    return jax.random.categorical(jax.random.fold_in(key, i), logits / temperature, axis=-1).astype(
-        jnp.int32
-    )
-
-
 @functools.partial(jax.jit, static_argnames=("steps", "greedy"))
 def _generate(m, prompt, steps, greedy, key, temperature):
     b, t = prompt.shape
     key = None if greedy else key
     logits, cache = step(m, new_cache(m, b), prompt, 0)
-    first = _pick(logits[:, -1], key, 0, temperature)
+    first = pick(logits[:, -1], key, 0, temperature)
 
     def body(carry, i):
         cache, tok = carry
         logits, cache = step(m, cache, tok[:, None], t + i - 1)
-        nxt = _pick(logits[:, 0], key, i, temperature)
+        nxt = pick(logits[:, 0], key, i, temperature)
         return (cache, nxt), tok
 
     # generate() checked t + steps <= T on the host; the in-loop checks never fire.

@@ -18,8 +18,8 @@ from ..._traceback import api_boundary
 from ..._validate import instance, integer
 from ...state._index import StateIndexError
 from ...state._kvcache import KVCache
-from .._sampling import check_sampling
-from ..transformer import _check_prompt, _pick
+from .._sampling import check_sampling, pick
+from ..transformer import _check_prompt
 from ._model import GPT2, positions
 
 __all__ = ["generate", "new_cache", "step"]
@@ -57,12 +57,25 @@ def step(
     Raises:
         StateIndexError: (E1401) if `pos + n` exceeds `T` or the cache, or `pos < 0`.
     """
+    x, cache = _hidden(m, cache, tokens, pos)
+    return _logits(m, x), cache
+
+
+def _hidden(m: GPT2, cache: KVCache, tokens, pos):
+    """The final hidden states `[b n D]` (after `ln_f`) of `step`, and the cache."""
     x = m.wte(tokens) + positions(m, pos, tokens.shape[1])
     for layer, block in enumerate(m.h):
         a, cache = block.attn.step(block.ln_1(x), cache, layer, pos)
         x = x + a
         x = x + block.mlp(block.ln_2(x))
-    return m.wte.logits(m.ln_f(x)), cache
+    return m.ln_f(x), cache
+
+
+def _logits(m: GPT2, x):
+    """`x @ wte.w.T` as one dot over the table as it is stored: `[V D]`, contracted on `D`. (The
+    training head's `dense(x, w.T)` inside a decode loop made XLA copy the transposed table,
+    `V * D` floats, at every token.)"""
+    return jnp.einsum("...d,vd->...v", x, m.wte.w)
 
 
 @functools.partial(jax.jit, static_argnames=("steps", "greedy"))
@@ -70,14 +83,14 @@ def _generate(m, prompt, steps, greedy, key, temperature):
     b, t = prompt.shape
     key = None if greedy else key
     # The cache holds what this call reaches, not the whole context: every step attends over
-    # `t + steps` slots instead of `T`.
-    logits, cache = step(m, new_cache(m, b, t + steps), prompt, 0)
-    first = _pick(logits[:, -1], key, 0, temperature)
+    # `t + steps` slots instead of `T`. Only the prompt's last position needs its logits.
+    x, cache = _hidden(m, new_cache(m, b, t + steps), prompt, 0)
+    first = pick(_logits(m, x[:, -1]), key, 0, temperature)
 
     def body(carry, i):
         cache, tok = carry
-        logits, cache = step(m, cache, tok[:, None], t + i - 1)
-        return (cache, _pick(logits[:, 0], key, i, temperature)), tok
+        x, cache = _hidden(m, cache, tok[:, None], t + i - 1)
+        return (cache, pick(_logits(m, x[:, 0]), key, i, temperature)), tok
 
     # generate() checked t + steps <= T on the host; the in-loop checks never fire.
     (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))

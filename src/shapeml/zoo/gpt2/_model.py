@@ -110,7 +110,7 @@ class Block(Model):
     ln_1: nn.LayerNorm = submodel(nn.LayerNorm)
     attn: Attention = submodel(Attention)
     ln_2: nn.LayerNorm = submodel(nn.LayerNorm)
-    mlp: nn.MLP = submodel(nn.MLP, activation="gelu")
+    mlp: nn.MLP = submodel(nn.MLP, activation="gelu_tanh")
 
     @shaped
     def __call__(self, x: Float[Array, "b t D"]) -> Float[Array, "b t D"]:
