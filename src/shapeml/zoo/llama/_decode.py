@@ -19,8 +19,8 @@ from ..._traceback import api_boundary
 from ..._validate import instance, integer
 from ...state._index import StateIndexError
 from ...state._kvcache import KVCache
-from .._sampling import check_sampling
-from ..transformer import _check_prompt, _pick
+from .._sampling import check_sampling, pick
+from ..transformer import _check_prompt
 from ._model import Llama, logits_of
 
 __all__ = ["generate", "new_cache", "step"]
@@ -72,12 +72,12 @@ def _generate(m, prompt, steps, greedy, key, temperature):
     key = None if greedy else key
     # The cache holds what this call reaches: every step attends over `t + steps` slots.
     logits, cache = step(m, new_cache(m, b, t + steps), prompt, 0)
-    first = _pick(logits[:, -1], key, 0, temperature)
+    first = pick(logits[:, -1], key, 0, temperature)
 
     def body(carry, i):
         cache, tok = carry
         logits, cache = step(m, cache, tok[:, None], t + i - 1)
-        return (cache, _pick(logits[:, 0], key, i, temperature)), tok
+        return (cache, pick(logits[:, 0], key, i, temperature)), tok
 
     # generate() checked t + steps <= T on the host; the in-loop checks never fire.
     (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))
