@@ -32,6 +32,7 @@ from ..optim import Optimizer, averaged
 from ..optim._from_optax import reconfigure
 from ..sharding import make_mesh
 from ._checkpoints import Checkpoints
+from ._grads import Gradients
 from ._step import TrainStep
 
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
@@ -93,6 +94,8 @@ def train(
     ema: float | None = None,
     mesh: jax.sharding.Mesh | None = None,
     rules: Mapping[str, Any] | None = None,
+    precision: Any = None,
+    remat: str | None = None,
 ) -> TrainResult:
     """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
 
@@ -158,6 +161,7 @@ def train(
             "train(..., rules=...) was given rules but no mesh to place the fields on",
             fix="pass mesh= too, e.g. train(..., mesh=sharding.make_mesh('data=2'), rules=rules)",
         )
+    Gradients(loss, has_aux, precision, remat)  # E0002/E0003 for a bad option, before any file
     if devices is not None:  # checked, like everything above, before any file is read
         mesh = make_mesh({"data": integer("devices", devices, low=1)})
     saves = Checkpoints(checkpoint, mesh, rules)
@@ -165,7 +169,9 @@ def train(
     if resume and saves.exists():
         model, opt = saves.load(model, opt)
         done = int(opt.step) + int(opt.skipped)
-    step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules)
+    step = TrainStep(
+        loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules, precision=precision, remat=remat
+    )
     batches = iter(data)
     for _ in itertools.islice(batches, done):
         pass  # fast-forward past the batches a resumed run already used
