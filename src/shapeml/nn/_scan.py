@@ -16,7 +16,7 @@ from .._errors import ArgumentTypeError
 from .._traceback import api_boundary
 from .._validate import integer, shorten
 from ..models import Model
-from ..models._stacked import count_of, layer
+from ..models._stacked import count_of, layer, stack
 from ._remat import remat as _remat
 from ._remat import resolve_policy
 
@@ -89,6 +89,11 @@ def scan(
     stacked = _is_stacked(layers)
     unroll = integer("unroll", unroll, low=1)
     policy = resolve_policy(remat, stacked=stacked)
+    if not stacked and policy != "none" and _alike(layers):
+        # XLA:CPU schedules a Python loop's recomputation next to the forward pass, so a remat
+        # policy there saved no memory at all (the same peak, to the byte); a `lax.scan` over the
+        # layers stacked on the fly (one copy of the weights) keeps what the policy says.
+        layers, stacked = stack(layers), True
     if not stacked:
         step = _remat(body, policy, prevent_cse=True)
         for lay in layers:
@@ -100,6 +105,19 @@ def scan(
         return step(lay, c), None
 
     return jax.lax.scan(one, carry, layers, unroll=unroll)[0]
+
+
+def _alike(layers) -> bool:
+    """Whether a tuple of layers stacks: two or more, of one structure, shapes and dtypes."""
+    if len(layers) < 2:
+        return False
+    first = jax.tree.structure(layers[0])
+    shapes = [(x.shape, x.dtype) for x in jax.tree.leaves(layers[0])]
+    return all(
+        jax.tree.structure(lay) == first
+        and [(x.shape, x.dtype) for x in jax.tree.leaves(lay)] == shapes
+        for lay in layers[1:]
+    )
 
 
 @api_boundary
