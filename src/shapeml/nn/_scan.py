@@ -121,7 +121,7 @@ def _alike(layers) -> bool:
 
 
 @api_boundary
-def unstack(layers: Any) -> tuple[Model, ...]:
+def unstack(layers: Any) -> tuple[Any, ...]:
     """The layers of an `sm.submodels` field as a tuple, whether it is stored stacked or not
     (a stacked one is sliced: under `jax.jit` the slices cost nothing until used).
 
