@@ -2,9 +2,15 @@
 next to PyTorch's per-op profile of the same step (`benchmarks/gpt_step.py`'s contenders).
 
 Run: python benchmarks/gpt_profile.py [--batch 32] [--ctx 64] [--width 128] [--layers 2]
-     [--devices 1] [--scan] [--no-torch]
+     [--heads 4] [--devices 1] [--scan] [--no-torch] [--forms]
 Each table lists the busiest ops with their busy time per step summed over threads; the wall time
 per step is in its title (the profilers add some overhead to both).
+
+`--forms` instead races formulations of the attention (`_attention_forms.py`: the layer's own
+tokens-major einsums, heads-major projections, `jax.nn.dot_product_attention`, one fused q/k/v
+projection) and of the MLP (tanh-GELU between the two products, alone or with the LayerNorm before
+it), each as a jitted forward + backward at the given size, interleaved, after checking that
+every formulation gives the same output and gradients.
 """
 
 from __future__ import annotations
@@ -16,8 +22,34 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from _attention_forms import FORMS  # noqa: E402
 from _profile import table, torch_ops, xla_fusions  # noqa: E402
+from _timing import interleaved  # noqa: E402
 from gpt_step import GPT, TorchStep, _tokens, shapeml_step, torch  # noqa: E402
+
+
+def race_forms(args) -> None:
+    """Times each attention formulation's forward + backward, interleaved, at one size."""
+    import jax
+    import jax.numpy as jnp
+
+    d, h, b, t = args.width, args.heads, args.batch, args.ctx
+    rng = np.random.default_rng(0)
+    p = {n: jnp.asarray(rng.normal(size=(d, d)) / np.sqrt(d), jnp.float32) for n in "qkvo"}
+    x = jnp.asarray(rng.normal(size=(b, t, d)), jnp.float32)
+    fns, outs = {}, {}
+    for name, form in FORMS.items():
+        grad = jax.jit(jax.value_and_grad(lambda p, x, f=form: jnp.sum(f(p, x, h) ** 2), (0, 1)))
+        outs[name] = grad(p, x)
+        fns[name] = lambda g=grad: g(p, x)
+    for name, out in outs.items():  # the same numbers, or the race is meaningless
+        for a, ref in zip(jax.tree.leaves(out), jax.tree.leaves(outs["tokens_major"])):
+            np.testing.assert_allclose(a, ref, rtol=2e-3, atol=2e-3 * float(jnp.abs(ref).max()))
+    times = interleaved(fns, rounds=args.rounds, number=max(2, 2048 // (b * t // 16)))
+    size = f"D={d} H={h} b={b} T={t}"
+    base = times["tokens_major"]
+    for name, us in times.items():
+        print(f"attention {name:13s} [{size}]: {us:9,.0f} us  ({us / base:.3f}x tokens_major)")
 
 
 def main() -> None:
@@ -30,8 +62,14 @@ def main() -> None:
     p.add_argument("--scan", action="store_true", help="blocks stacked, one lax.scan")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--top", type=int, default=20)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--forms", action="store_true", help="race attention formulations")
+    p.add_argument("--rounds", type=int, default=9)
     args = p.parse_args()
-    dims = dict(V=96, D=args.width, H=4, L=args.layers, T=args.ctx)
+    if args.forms:
+        race_forms(args)
+        return
+    dims = dict(V=96, D=args.width, H=args.heads, L=args.layers, T=args.ctx)
     m = GPT.init(seed=0, scan=args.scan, **dims)
     tokens = _tokens(args.batch, args.ctx, seed=1)
     step = shapeml_step(m, devices=args.devices)
