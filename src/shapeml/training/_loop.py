@@ -131,6 +131,19 @@ def train(
             Auto and Explicit mesh axes both work. In a job of several processes (after
             `distributed.initialize()`) `data` yields each process's part of every batch
             (`batches(..., part=sharding.batch_part(mesh))`) and the progress bar is process 0's.
+        precision: compute the loss in `"bfloat16"` or `"float16"` (or an `sm.Precision`) while
+            the params, their update and every checkpoint stay float32 (see `TrainStep`).
+        remat: the rematerialization policy (`"full"`, `"dots"`, `"dots_no_batch"`, `"none"`)
+            of every `nn.scan` over blocks the loss runs without naming its own (the zoo models
+            run theirs so); E0002 if the loss runs none. Neither option changes what a
+            checkpoint holds, so a run resumed with the same options equals an uninterrupted
+            one (bfloat16, float32, a fixed loss scale; float16's dynamic loss scale is not
+            saved and starts again from `2**15`).
+
+    Example:
+        >>> result = train(gpt2.loss, m, optim.adamw(m, lr=3e-4), batches(tokens, batch_size=8),
+        ...                steps=1000, precision="bfloat16", remat="full",
+        ...                checkpoint="run.safetensors", checkpoint_every=100, resume=True)
 
     Raises:
         TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
