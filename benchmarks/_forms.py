@@ -1,5 +1,7 @@
-"""Formulations of the char GPT's causal rotary attention (projections in, output projection out),
-for `gpt_profile.py --forms`: the same numbers, asked of XLA in different layouts.
+"""Formulations of the char GPT's layers for `gpt_profile.py --forms`: the same numbers, asked of
+XLA in different layouts.
+
+The causal rotary attention (projections in, output projection out), `ATTENTION`:
 
   tokens_major  what `nn.MultiHeadAttention` runs: `dense` projections to `[b t H Dh]`, score and
                 mix einsums that relayout them to `[b H t s]` and back;
@@ -114,10 +116,54 @@ def dpa(p, x, heads):
     return dense(out.reshape(b, t, d), p["o"])
 
 
-FORMS = {
+ATTENTION = {
     "tokens_major": tokens_major,
     "heads_major": heads_major,
     "dpa": dpa,
     "fused_qkv": fused_qkv,
     "fused_heads_major": fused_heads_major,
+}
+
+
+# The MLP half of a block, LayerNorm -> up -> tanh-GELU -> down, `MLP`:
+#   layers       what `nn.LayerNorm` and `nn.MLP` run: two-pass variance, `jax.nn.gelu(approximate)`;
+#   one_pass_ln  the variance as `E[x^2] - E[x]^2` (one pass over x) and `lax.rsqrt`;
+#   sigmoid_gelu the tanh-GELU as `x * sigmoid(2 z)` (= `x * (1 + tanh z) / 2`): one logistic;
+#   both         the two together.
+_C = math.sqrt(2 / math.pi)
+
+
+def _ln_two_pass(x, s, b):
+    mean = jnp.mean(x, -1, keepdims=True)
+    var = jnp.mean(jnp.square(x - mean), -1, keepdims=True)
+    return (x - mean) * jnp.reciprocal(jnp.sqrt(var + 1e-5)) * s + b
+
+
+def _ln_one_pass(x, s, b):
+    mean = jnp.mean(x, -1, keepdims=True)
+    var = jnp.mean(jnp.square(x), -1, keepdims=True) - jnp.square(mean)
+    return (x - mean) * jax.lax.rsqrt(var + 1e-5) * s + b
+
+
+def _gelu_tanh(x):
+    return jax.nn.gelu(x, approximate=True)
+
+
+def _gelu_sigmoid(x):
+    return x * jax.nn.sigmoid(2 * _C * (x + 0.044715 * x * x * x))
+
+
+def _mlp(ln, act):
+    def run(p, x):
+        h = dense(ln(x, p["scale"], p["bias"]), p["up"]) + p["b_up"]
+        return dense(act(h), p["down"]) + p["b_down"]
+
+    return run
+
+
+MLP = {
+    "layers": _mlp(_ln_two_pass, _gelu_tanh),
+    "one_pass_ln": _mlp(_ln_one_pass, _gelu_tanh),
+    "sigmoid_gelu": _mlp(_ln_two_pass, _gelu_sigmoid),
+    "both": _mlp(_ln_one_pass, _gelu_sigmoid),
 }
