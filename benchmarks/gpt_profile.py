@@ -40,7 +40,9 @@ def _race(kind: str, forms: dict, params: dict, x, size: str, rounds: int, numbe
     first = next(iter(forms))
     for name, out in outs.items():  # the same numbers, or the race is meaningless
         for a, ref in zip(jax.tree.leaves(out), jax.tree.leaves(outs[first])):
-            np.testing.assert_allclose(a, ref, rtol=2e-3, atol=2e-3 * float(jnp.abs(ref).max()))
+            np.testing.assert_allclose(
+                a, ref, rtol=2e-3, atol=2e-3 * float(jnp.abs(ref).max()), err_msg=name
+            )
     times = interleaved(fns, rounds=rounds, number=number)
     for name, us in times.items():
         print(f"{kind} {name:17s} [{size}]: {us:9,.0f} us  ({us / times[first]:.3f}x {first})")
