@@ -37,8 +37,9 @@ def _is_stacked(layers: Any) -> bool:
     if isinstance(layers, (tuple, list)) and all(isinstance(x, Model) for x in layers):
         return False
     raise ArgumentTypeError(
-        f"nn.scan / nn.unstack take the layers of an `sm.submodels` field (a tuple of models, or "
-        f"one stacked model) or a dict of per-layer arrays stacked on a leading axis, got {shorten(layers)} ({type(layers).__name__})",
+        "nn.scan / nn.unstack take the layers of an `sm.submodels` field (a tuple of models, or "
+        "one stacked model) or a dict of per-layer arrays stacked on a leading axis, got "
+        f"{shorten(layers)} ({type(layers).__name__})",
         fix="pass the field itself, e.g. nn.scan(body, m.blocks, x)",
     )
 
