@@ -10,8 +10,8 @@ It runs the fast path by default: the blocks run by `nn.scan` (a Python loop ove
 blocks, the simplest to read; `--scan` stores them stacked and runs one `lax.scan`, compiled once
 whatever the depth and at 4-6 blocks no slower per step, see docs/performance.md), the fused
 `nn.cross_entropy`, and each batch split over every CPU core: run as a script, it first calls
-`sm.use_cpu_devices()`
-(each core a JAX device), and `TrainStep` splits each batch over the process's devices.
+`sm.use_cpu_devices()` (each core a JAX device), and `TrainStep` splits each batch over the
+process's devices.
 `--remat full` and `--precision bfloat16` trade compute for memory.
 
 Run: python examples/char_gpt.py [--steps 500] [--checkpoint char_gpt.safetensors] [--resume]
