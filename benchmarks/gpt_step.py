@@ -1,7 +1,8 @@
 """The char-level GPT's training step (AdamW + clipping, warmup + cosine): shapeml vs raw JAX.
 
 Contenders, measured in one run, in interleaved rounds, median per step, at 2 blocks of width 128
-with batch x context 8x64, 32x64 and 8x128, and at 4 blocks of width 256 with 16x128:
+with batch x context 8x64, 32x64 and 8x128, at 4 blocks of width 256 with 16x128 and at 6 blocks
+of width 384 with 8x128:
   shapeml  `shapeml.training.TrainStep` over `examples/char_gpt.py`'s `loss` and model (as the
            example runs it: blocks as a tuple, every CPU core a device by `sm.use_cpu_devices()`,
            called first), `nn` layers (Embedding,
@@ -11,17 +12,22 @@ with batch x context 8x64, 32x64 and 8x128, and at 4 blocks of width 256 with 16
            (`clip_by_global_norm`, `adamw` with a `join_schedules` warmup + cosine and the same
            no-decay mask), params and optimizer state donated, one device;
   torch    PyTorch eager and `torch.compile`, when `import torch` works (otherwise the script says
-           so and measures the JAX ratio alone); `gpt_step_vs_torch` is against the faster.
+           so and measures the JAX ratio alone), at PyTorch's own default threading (no thread
+           count or `OMP_WAIT_POLICY` is set); `gpt_step_vs_torch` is against the faster.
 Before timing, the contenders train a few steps from the same weights on the same batches and their
 loss trajectories must agree, so the race is between the same computations.
-The last line is `gpt_step_vs_torch: ratio=X (budget 1.0)`, the worst size. See
-docs/performance.md. Run: python benchmarks/gpt_step.py [--quick]
+The last line is `gpt_step_vs_torch: ratio=X (budget 1.0)`, the worst size.
+
+With `--scan` it races the same shapeml step with the blocks stored stacked and run by one
+`lax.scan` (`GPT.init(scan=True)`, `nn.scan`'s default policy) against the blocks as a tuple run by
+a Python loop, at 4 blocks (width 256, 16x128) and 6 blocks (width 384, 8x128), and prints last
+`gpt_scan_vs_loop: ratio=X (budget 1.15)`, the worse of the two.
+See docs/performance.md. Run: python benchmarks/gpt_step.py [--quick] [--scan]
 """
 
 from __future__ import annotations
 
 import math
-import os
 import sys
 from pathlib import Path
 
@@ -40,7 +46,6 @@ sys.path.insert(0, str(ROOT / "examples"))
 from _timing import interleaved  # noqa: E402
 from char_gpt import GPT, loss  # noqa: E402
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 try:
     import torch
     import torch.nn.functional as F
@@ -50,7 +55,9 @@ except ImportError:  # the PyTorch contenders are optional
 # (model dims, batch, context): the small GPT at three sizes, and a larger one
 SMALL = dict(V=96, D=128, H=4, L=2)
 LARGE = dict(V=96, D=256, H=4, L=4)
-SIZES = ((SMALL, 8, 64), (SMALL, 32, 64), (SMALL, 8, 128), (LARGE, 16, 128))
+XL = dict(V=96, D=384, H=6, L=6)
+SIZES = ((SMALL, 8, 64), (SMALL, 32, 64), (SMALL, 8, 128), (LARGE, 16, 128), (XL, 8, 128))
+DEEP = ((LARGE, 16, 128), (XL, 8, 128))  # the sizes of the --scan race
 DIMS = SMALL
 LR, WARMUP, COSINE, CLIP, WD = 3e-3, 10, 1000, 1.0, 0.1
 
@@ -280,12 +287,43 @@ def _name(layers: int, width: int, b: int, t: int) -> str:
     return f"L={layers} D={width} b={b} T={t}"
 
 
+def measure_scan(dims: dict, b: int, t: int, rounds: int) -> dict[str, float]:
+    """The shapeml step with the blocks stacked and scanned, and as a tuple in a Python loop."""
+    tokens = _tokens(b, t, seed=1)
+    steps = {
+        "loop": shapeml_step(GPT.init(seed=0, T=t, **dims)),
+        "scan": shapeml_step(GPT.init(seed=0, T=t, scan=True, **dims)),
+    }
+    first = {k: [float(s(tokens)) for _ in range(3)] for k, s in steps.items()}
+    np.testing.assert_allclose(first["scan"], first["loop"], rtol=2e-4)  # the same computation
+    fns = {k: (lambda s=s: s(tokens)) for k, s in steps.items()}
+    number = max(2, 256 // b // (dims["D"] // 128) ** 2)
+    times = interleaved(fns, rounds=rounds, number=number)
+    assert all(s.compiled_count() == 1 for s in steps.values())
+    return times
+
+
+def main_scan(quick: bool) -> None:
+    worst = 0.0
+    for dims, b, t in DEEP:
+        times = measure_scan(dims, b, t, rounds=5 if quick else 11)
+        name = _name(dims["L"], dims["D"], b, t)
+        ratio = times["scan"] / times["loop"]
+        worst = max(worst, ratio)
+        print(f"{name}: loop {times['loop']:,.0f} us, scan {times['scan']:,.0f} us")
+        print(f"gpt_scan_vs_loop[{name}]: ratio={ratio:.3f} (budget 1.15)")
+    print(f"gpt_scan_vs_loop: ratio={worst:.3f} (budget 1.15)")
+
+
 def main() -> None:
     sm.use_cpu_devices()  # first, before JAX starts, as examples/char_gpt.py does
     quick = "--quick" in sys.argv
+    print(f"shapeml's TrainStep splits each batch over {jax.local_device_count()} CPU device(s)")
+    if "--scan" in sys.argv:
+        main_scan(quick)
+        return
     if torch is None:
         print("PyTorch is not installed: the torch eager and torch.compile contenders are skipped")
-    print(f"shapeml's TrainStep splits each batch over {jax.local_device_count()} CPU device(s)")
     worst_jax, worst_torch = 0.0, 0.0
     for dims, b, t in SIZES:
         check_same_trajectory(dims, b, t)

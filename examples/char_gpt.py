@@ -7,10 +7,11 @@ cosine and clipping. Shows a tqdm bar with the training and validation loss at e
 a checkpoint that `--resume` continues exactly, and samples text with the KV-cache decode.
 
 It runs the fast path by default: the blocks run by `nn.scan` (a Python loop over a tuple of
-blocks: at a few blocks the fastest step on CPU, see docs/performance.md; `--scan` stores them
-stacked and runs one `lax.scan`, compiled once whatever the depth), the fused `nn.cross_entropy`,
-and each batch split over every CPU core: run as a script, it first calls `sm.use_cpu_devices()`
-(each core a JAX device), and `TrainStep` splits each batch over the process's devices.
+blocks, the simplest to read; `--scan` stores them stacked and runs one `lax.scan`, compiled once
+whatever the depth and at 4-6 blocks no slower per step, see docs/performance.md), the fused
+`nn.cross_entropy`, and each batch split over every CPU core: run as a script, it first calls
+`sm.use_cpu_devices()` (each core a JAX device), and `TrainStep` splits each batch over the
+process's devices.
 `--remat full` and `--precision bfloat16` trade compute for memory.
 
 Run: python examples/char_gpt.py [--steps 500] [--checkpoint char_gpt.safetensors] [--resume]

@@ -2,7 +2,9 @@
 what it recomputes, traded per block.
 
 `nn.remat(fn, "full")` wraps one function; `nn.scan(..., remat=...)` wraps each layer it runs;
-`TrainStep(..., remat=...)` sets the policy of every `nn.scan` its loss runs that names none.
+`TrainStep(..., remat=...)` (and `train(..., remat=...)`) sets the policy of every `nn.scan` its
+loss runs that names none. This is how any model, a zoo model included, takes a remat setting from
+the training step: it runs its blocks with `nn.scan` and names no policy itself.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import jax
 from .._traceback import api_boundary
 from .._validate import choice
 
-__all__ = ["POLICIES", "remat", "remat_default", "resolve_policy"]
+__all__ = ["POLICIES", "SCAN_DEFAULT", "remat", "remat_default", "resolve_policy"]
 
 # name -> what the backward pass keeps of each block (everything else is recomputed from the
 # block's input); None keeps everything, as without remat.
@@ -27,6 +29,14 @@ POLICIES: dict[str, Any] = {
     "dots": jax.checkpoint_policies.dots_saveable,
     "dots_no_batch": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+
+# What a `lax.scan` over stacked layers keeps when nobody names a policy. Without one, the scan
+# stores every intermediate of every layer (attention scores and probabilities, the MLP's
+# activations) in stacked `[L ...]` buffers, zero-filled and written one layer at a time: on CPU
+# that made the scanned step 1.4-1.6x the Python loop's time. Keeping only the projections'
+# outputs and recomputing the batched attention products and the elementwise work in the
+# backward pass took it to 0.6-1.05x (docs/performance.md).
+SCAN_DEFAULT = "dots_no_batch"
 
 
 class _Default:
@@ -61,13 +71,14 @@ def remat_default(policy: str) -> Iterator[_Default]:
         _DEFAULT.reset(token)
 
 
-def resolve_policy(policy: str | None) -> str:
-    """The policy to use: the one given, else the enclosing `remat_default`, else `"none"`."""
+def resolve_policy(policy: str | None, *, stacked: bool = False) -> str:
+    """The policy to use: the one given, else the enclosing `remat_default`, else `"none"` for a
+    loop over layers and `SCAN_DEFAULT` for a `lax.scan` over stacked ones (`stacked`)."""
     if policy is not None:
         return _checked(policy)
     setting = _DEFAULT.get()
     if setting is None:
-        return "none"
+        return SCAN_DEFAULT if stacked else "none"
     setting.used = True
     return setting.policy
 

@@ -31,8 +31,8 @@ class Gradients:
         self.policy: Precision | None = precision_of(precision)
         self.has_aux = has_aux
         self.loss = loss if self.policy is None else self.policy.wrap(loss, has_aux)
-        policy = None if remat is None else resolve_policy(remat)  # checked now: E0002
-        self.remat = None if policy == "none" else policy
+        # checked now (E0002); an explicit "none" is kept: it overrides a stacked scan's default
+        self.remat = None if remat is None else resolve_policy(remat)
 
     def initial_carry(self) -> tuple:
         """What the step carries besides the model and optimizer: the loss scale, if any."""
@@ -49,7 +49,7 @@ class Gradients:
                 finite = None
             else:
                 value, g, finite = self._scaled(m, batch, extra[0].scale)
-        if setting is not None and not setting.used:
+        if setting is not None and not setting.used and self.remat != "none":
             raise ArgumentError(
                 f"remat={self.remat!r} had no effect: the loss runs no `nn.scan` without its "
                 "own remat policy (a Python loop over the blocks cannot be rematerialized "

@@ -35,6 +35,7 @@ from ..optim import Optimizer, averaged
 from ..optim._from_optax import reconfigure
 from ..sharding import make_mesh
 from ._checkpoints import Checkpoints
+from ._grads import Gradients
 from ._step import TrainStep
 
 __all__ = ["TrainResult", "TrainingDivergedError", "train"]
@@ -96,6 +97,8 @@ def train(
     ema: float | None = None,
     mesh: jax.sharding.Mesh | None = None,
     rules: Mapping[str, Any] | None = None,
+    precision: Any = None,
+    remat: str | None = None,
 ) -> TrainResult:
     """Trains `model` with `opt` on batches from `data` for `steps` steps in total.
 
@@ -131,6 +134,19 @@ def train(
             Auto and Explicit mesh axes both work. In a job of several processes (after
             `distributed.initialize()`) `data` yields each process's part of every batch
             (`batches(..., part=sharding.batch_part(mesh))`) and the progress bar is process 0's.
+        precision: compute the loss in `"bfloat16"` or `"float16"` (or an `sm.Precision`) while
+            the params, their update and every checkpoint stay float32 (see `TrainStep`).
+        remat: the rematerialization policy (`"full"`, `"dots"`, `"dots_no_batch"`, `"none"`)
+            of every `nn.scan` over blocks the loss runs without naming its own (the zoo models
+            run theirs so); E0002 if the loss runs none. Neither option changes what a
+            checkpoint holds, so a run resumed with the same options equals an uninterrupted
+            one (bfloat16, float32, a fixed loss scale; float16's dynamic loss scale is not
+            saved and starts again from `2**15`).
+
+    Example:
+        >>> result = train(gpt2.loss, m, optim.adamw(m, lr=3e-4), batches(tokens, batch_size=8),
+        ...                steps=1000, precision="bfloat16", remat="full",
+        ...                checkpoint="run.safetensors", checkpoint_every=100, resume=True)
 
     Raises:
         TrainingDivergedError: (E1701) when the loss is not finite, naming the last good checkpoint.
@@ -161,6 +177,7 @@ def train(
             "train(..., rules=...) was given rules but no mesh to place the fields on",
             fix="pass mesh= too, e.g. train(..., mesh=sharding.make_mesh('data=2'), rules=rules)",
         )
+    Gradients(loss, has_aux, precision, remat)  # E0002/E0003 for a bad option, before any file
     if devices is not None:  # checked, like everything above, before any file is read
         mesh = make_mesh({"data": integer("devices", devices, low=1)})
     saves = Checkpoints(checkpoint, mesh, rules)
@@ -168,7 +185,9 @@ def train(
     if resume and saves.exists():
         model, opt = saves.load(model, opt)
         done = int(opt.step) + int(opt.skipped)
-    step = TrainStep(loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules)
+    step = TrainStep(
+        loss, model, opt, has_aux=has_aux, mesh=mesh, rules=rules, precision=precision, remat=remat
+    )
     batches = iter(data)
     for _ in itertools.islice(batches, done):
         pass  # fast-forward past the batches a resumed run already used

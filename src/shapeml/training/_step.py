@@ -115,8 +115,9 @@ class TrainStep:
 
     `precision` computes the loss in bfloat16 or float16 while the params and their update stay
     float32 (`sm.Precision`; float16 scales the loss). `remat` names the rematerialization policy
-    (`nn.remat`) of every `nn.scan` over layers the loss runs: `"full"` keeps only each block's
-    input for the backward pass.
+    (`nn.remat`) of every `nn.scan` over layers the loss runs without naming one: `"full"` keeps
+    only each block's input for the backward pass. A model offers both options by running its
+    blocks with `nn.scan`, as the zoo's do: `TrainStep(gpt2.loss, m, opt, remat="full")`.
 
     A new step of the same loss function and options, on a model, optimizer and batch of the same
     structure, shapes, dtypes and placement, while that one lives, runs the program it compiled

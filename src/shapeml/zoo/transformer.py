@@ -21,6 +21,7 @@ from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
 from .. import _jax_internals as jxi
+from .. import nn
 from .._errors import ShapemlError
 from .._shaped import shaped
 from .._traceback import api_boundary
@@ -159,19 +160,23 @@ def forward(m: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, "b t V"]:
         )
     x = _embed(m, tokens) + m.pos[None, :t]
     mask = jnp.tril(jnp.ones((t, t), bool))
-    for layer in range(m.dims.L):
-        att = _attention(x @ m.wq[layer], x @ m.wk[layer], x @ m.wv[layer], mask, m.dims.H)
-        x = x + att @ m.wo[layer]
-        x = x + _mlp(m, layer, x)
-    return x @ m.embed.T
+    heads = m.dims.H
+
+    def layer(w, x):
+        att = _attention(x @ w["wq"], x @ w["wk"], x @ w["wv"], mask, heads)
+        x = x + att @ w["wo"]
+        return x + jax.nn.relu(x @ w["w1"]) @ w["w2"]
+
+    # One `lax.scan` over the stacked per-layer weights, naming no remat policy: a
+    # `TrainStep(remat=...)` / `train(remat=...)` applies to each layer.
+    layers = {k: getattr(m, k) for k in ("wq", "wk", "wv", "wo", "w1", "w2")}
+    return nn.scan(layer, layers, x) @ m.embed.T
 
 
 @shaped
 def loss(m: Transformer, tokens: Int[Array, "b t"]) -> Float[Array, ""]:
     """The mean cross-entropy of predicting `tokens[:, 1:]` from the tokens before them."""
-    logits = forward(m, tokens)[:, :-1]
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, tokens[:, 1:, None], axis=-1))
+    return nn.cross_entropy(forward(m, tokens)[:, :-1], tokens[:, 1:])
 
 
 @api_boundary
