@@ -1,5 +1,5 @@
 """Deep-model options on the zoo models: `TrainStep(remat=...)` and `train(..., precision=,
-remat=)` with `gpt2.loss` and the transformer's `loss`, against the same training without the
+remat=)` with the `loss` of GPT-2, the transformer and Llama, against the same training without the
 option (the reference), a resumed `train` against an uninterrupted one, and `nn.scan` over a dict
 of stacked per-layer arrays against a Python loop."""
 
@@ -14,13 +14,18 @@ import shapeml as sm
 from shapeml import nn, optim
 from shapeml.data import batches
 from shapeml.training import TrainStep, train
-from shapeml.zoo import gpt2, transformer
+from shapeml.zoo import gpt2, llama, transformer
 
 ZOO = {
     "gpt2": (gpt2.loss, lambda: gpt2.GPT2.init(seed=0, V=40, T=32, D=32, H=4, L=3), 40),
     "transformer": (
         transformer.loss,
         lambda: transformer.Transformer.init(seed=0, V=40, T=32, D=32, H=4, F=64, L=3),
+        40,
+    ),
+    "llama": (
+        llama.loss,
+        lambda: llama.Llama.init(seed=0, V=40, T=32, D=32, H=4, K=2, F=48, L=3),
         40,
     ),
 }
@@ -69,7 +74,8 @@ def test_bfloat16_with_remat_follows_the_bfloat16_step_and_float32(name):
         "bf16_remat": TrainStep(loss, m, _adamw(m), devices=1, precision="bfloat16", remat="full"),
     }
     traj = {k: [float(s(tokens)) for _ in range(4)] for k, s in runs.items()}
-    np.testing.assert_allclose(traj["bf16_remat"], traj["bf16"], rtol=1e-3)
+    # recomputed in other fusions, bfloat16 values may round differently (its half-ulp is 2e-3)
+    np.testing.assert_allclose(traj["bf16_remat"], traj["bf16"], rtol=4e-3)
     np.testing.assert_allclose(traj["bf16_remat"], traj["f32"], rtol=2e-2)
     assert traj["bf16_remat"][-1] < traj["bf16_remat"][0]
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(runs["bf16_remat"].model))

@@ -366,9 +366,13 @@ def hidden(m: Llama, tokens: Int[Array, "b t"]) -> Float[Array, "b t D"]:
     """
     _check_length(m, tokens.shape[1])
     x = m.embed(tokens)
-    for block in m.layers:
-        x = block(x)
+    # Through nn.scan (a loop over the tuple), naming no policy: `TrainStep(remat=...)` applies.
+    x = nn.scan(_run_block, m.layers, x)
     return m.norm(x)
+
+
+def _run_block(block: Block, x):
+    return block(x)
 
 
 def logits_of(m: Llama, x):
