@@ -739,7 +739,9 @@ def test_bad_contract_arguments_are_coded(call, code):
         (lambda m: sm.params({}), "E0003"),
         (lambda m: sm.buffers(3), "E0003"),
         (lambda m: sm.count_params(Net), "E0003"),
-        (lambda m: sm.normal(std="x"), "E0003"),
+        (lambda m: sm.normal(std=[0.1]), "E0003"),
+        # a string is an expression of the dims, checked when the model is declared
+        (lambda m: sm.normal(std="0.02 *"), "E0002"),
         (lambda m: sm.normal(std=-1), "E0002"),
         (lambda m: sm.normal(mean=float("nan")), "E0002"),
         (lambda m: sm.uniform(lo=1.0, hi=0.0), "E0002"),
