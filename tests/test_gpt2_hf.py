@@ -129,8 +129,9 @@ def test_sharded_checkpoints_in_and_out(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "model.safetensors"]
 
 
-def test_half_precision_checkpoints_load_as_float32(tmp_path):
-    model = hf_model(5, **CONFIGS["tiny"]).half()
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_checkpoints_load_as_float32(tmp_path, dtype):
+    model = hf_model(5, **CONFIGS["tiny"]).to(getattr(torch, dtype))
     model.save_pretrained(tmp_path / "half")
     m = gpt2.from_hf(tmp_path / "half")
     assert m.wte.w.dtype == jnp.float32

@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 
 from .._io import (
@@ -20,7 +21,7 @@ from .._io import (
     write_safetensors,
 )
 
-__all__ = ["INDEX", "SINGLE", "read_weights", "write_weights"]
+__all__ = ["INDEX", "SINGLE", "as_float32", "read_weights", "write_weights"]
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -146,3 +147,10 @@ def write_weights(
         stale = old.name in (SINGLE, INDEX) or _SHARD.fullmatch(old.name)
         if stale and old.name not in written and old.is_file():
             old.unlink()
+
+
+def as_float32(a: np.ndarray) -> np.ndarray:
+    """Floating tensors as float32 (bfloat16 and float16 checkpoints load as float32); others as
+    they are, for the report to name their dtype."""
+    # jnp's test: numpy does not count ml_dtypes' bfloat16 as floating
+    return a.astype(np.float32, copy=False) if jnp.issubdtype(a.dtype, jnp.floating) else a

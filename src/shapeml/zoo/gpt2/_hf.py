@@ -32,7 +32,7 @@ from ...models._introspect import declared, tensors
 from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
-from .._hf_files import read_weights, write_weights
+from .._hf_files import as_float32, read_weights, write_weights
 from ._config import DIM_KEYS, config_json, read_config
 from ._errors import HFCheckpointError
 from ._model import GPT2
@@ -53,12 +53,6 @@ def _folder(path: Any) -> Path:
             fix="pass the folder that holds config.json and model.safetensors",
         )
     return path
-
-
-def _as_f32(a: np.ndarray) -> np.ndarray:
-    """Floating tensors as float32 (half-precision checkpoints load as float32); others as they
-    are, for the report to name their dtype."""
-    return a.astype(_F32, copy=False) if np.issubdtype(a.dtype, np.floating) else a
 
 
 @api_boundary
@@ -123,11 +117,11 @@ def from_hf(
     fields = hf_to_field(dims["L"])
     skipped = {k for k in files if BUFFERS.fullmatch(k.removeprefix(prefix))}
     head = files.get(HEAD)
-    named = {k: _as_f32(a) for k, a in files.items() if k not in skipped and k != HEAD}
+    named = {k: as_float32(a) for k, a in files.items() if k not in skipped and k != HEAD}
     wte = named.get(f"{prefix}wte.weight")
-    tied = head is not None and wte is not None and np.array_equal(_as_f32(head), wte)
+    tied = head is not None and wte is not None and np.array_equal(as_float32(head), wte)
     if head is not None and not tied:
-        named[HEAD] = _as_f32(head)  # an untied head: reported, never dropped in silence
+        named[HEAD] = as_float32(head)  # an untied head: reported, never dropped in silence
     arrays = {fields.get(k.removeprefix(prefix), k): a for k, a in named.items()}
     meta = {"shapeml.dims": json.dumps(dims)}
     source = str(folder)

@@ -11,7 +11,6 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-import jax.numpy as jnp
 import numpy as np
 
 from ..._io import (
@@ -34,7 +33,7 @@ from ...models._introspect import declared, statics, tensors
 from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
-from .._hf_files import read_weights, write_weights
+from .._hf_files import as_float32, read_weights, write_weights
 from ._config import DIM_KEYS, Config, config_json, read_config
 from ._errors import LlamaCheckpointError
 from ._model import Llama, options
@@ -57,13 +56,6 @@ def _folder(path: Any) -> Path:
             fix="pass the folder that holds config.json and model.safetensors",
         )
     return path
-
-
-def _as_f32(a: np.ndarray) -> np.ndarray:
-    """Floating tensors as float32 (bfloat16 and float16 checkpoints load as float32); others as
-    they are, for the report to name their dtype."""
-    # jnp's test: numpy does not count ml_dtypes' bfloat16 as floating
-    return a.astype(_F32, copy=False) if jnp.issubdtype(a.dtype, jnp.floating) else a
 
 
 def _statics(config: Config) -> dict[str, Any]:
@@ -142,7 +134,7 @@ def from_hf(
     # The config's dims are checked before they size anything (a config of 10**9 layers).
     check_size(Llama, Llama.dims.resolve(**dims), limit, f"reading `{cut(folder)}`", saved)
     files = read_weights(folder, limit, allow_nonfinite, LlamaCheckpointError)
-    named = {k: _as_f32(a) for k, a in files.items() if not k.endswith(_CONSTANTS)}
+    named = {k: as_float32(a) for k, a in files.items() if not k.endswith(_CONSTANTS)}
     fields = hf_to_field(dims["L"], tied)
     problems = []
     if tied and HEAD in named:
