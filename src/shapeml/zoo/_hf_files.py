@@ -8,12 +8,14 @@ import json
 import re
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import jax.numpy as jnp
 import numpy as np
 
 from .._io import (
     FileMissingError,
+    as_path,
     atomic_write,
     cut,
     read_safetensors,
@@ -21,7 +23,7 @@ from .._io import (
     write_safetensors,
 )
 
-__all__ = ["INDEX", "SINGLE", "as_float32", "read_weights", "write_weights"]
+__all__ = ["INDEX", "SINGLE", "as_float32", "checkpoint_folder", "read_weights", "write_weights"]
 
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -154,3 +156,16 @@ def as_float32(a: np.ndarray) -> np.ndarray:
     they are, for the report to name their dtype."""
     # jnp's test: numpy does not count ml_dtypes' bfloat16 as floating
     return a.astype(np.float32, copy=False) if jnp.issubdtype(a.dtype, jnp.floating) else a
+
+
+def checkpoint_folder(path: Any) -> Path:
+    """The folder of a Hugging Face checkpoint: `path` itself, or the folder of a file in it."""
+    path = as_path(path)
+    if path.is_file():
+        return path.parent
+    if not path.is_dir():
+        raise FileMissingError(
+            f"cannot read `{cut(path)}`: there is no such folder",
+            fix="pass the folder that holds config.json and model.safetensors",
+        )
+    return path

@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from ..._io import (
-    FileMissingError,
     NonFiniteError,
     access_error,
     allowed_nonfinite,
@@ -32,7 +31,7 @@ from ...models._introspect import declared, tensors
 from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
-from .._hf_files import as_float32, read_weights, write_weights
+from .._hf_files import as_float32, checkpoint_folder, read_weights, write_weights
 from ._config import DIM_KEYS, config_json, read_config
 from ._errors import HFCheckpointError
 from ._model import GPT2
@@ -41,18 +40,6 @@ from ._names import BUFFERS, HEAD, PREFIX, hf_to_field, split_prefix
 __all__ = ["from_hf", "to_hf"]
 
 _F32 = np.dtype(np.float32)
-
-
-def _folder(path: Any) -> Path:
-    path = as_path(path)
-    if path.is_file():
-        return path.parent
-    if not path.is_dir():
-        raise FileMissingError(
-            f"cannot read `{cut(path)}`: there is no such folder",
-            fix="pass the folder that holds config.json and model.safetensors",
-        )
-    return path
 
 
 @api_boundary
@@ -107,7 +94,7 @@ def from_hf(
     want_report = check_report_flag(report)
     if like is not None:
         instance("like", like, GPT2, "a GPT2 (the template of a partial load)")
-    folder = _folder(path)
+    folder = checkpoint_folder(path)
     dims = read_config(folder)
     limit = max_bytes_of(max_bytes)
     # The config's dims are checked before they size anything (a config of 10**9 layers).

@@ -33,7 +33,7 @@ from ...models._introspect import declared, statics, tensors
 from ...models._limits import check_size, max_bytes_of
 from ...models._load import partial_model_from_arrays, whole_report
 from ...models._partial import check_report_flag, load_policy, warn_partial
-from .._hf_files import as_float32, read_weights, write_weights
+from .._hf_files import as_float32, checkpoint_folder, read_weights, write_weights
 from ._config import DIM_KEYS, Config, config_json, read_config
 from ._errors import LlamaCheckpointError
 from ._model import Llama, options
@@ -44,18 +44,6 @@ __all__ = ["from_hf", "load_tokenizer", "to_hf"]
 _F32 = np.dtype(np.float32)
 # Buffers some checkpoints carry that are constants of the code, not weights.
 _CONSTANTS = ".rotary_emb.inv_freq"
-
-
-def _folder(path: Any) -> Path:
-    path = as_path(path)
-    if path.is_file():
-        return path.parent
-    if not path.is_dir():
-        raise FileMissingError(
-            f"cannot read `{cut(path)}`: there is no such folder",
-            fix="pass the folder that holds config.json and model.safetensors",
-        )
-    return path
 
 
 def _statics(config: Config) -> dict[str, Any]:
@@ -126,7 +114,7 @@ def from_hf(
     want_report = check_report_flag(report)
     if like is not None:
         instance("like", like, Llama, "a Llama (the template of a partial load)")
-    folder = _folder(path)
+    folder = checkpoint_folder(path)
     config = read_config(folder)
     dims, tied = config.dims, config.statics["tied"]
     limit = max_bytes_of(max_bytes)
@@ -277,7 +265,7 @@ def load_tokenizer(path: str | os.PathLike):
         >>> ids = jnp.asarray([tok.encode("Once upon a time").ids])
         >>> print(tok.decode(llama.generate(m, ids, 20)[0].tolist()))
     """
-    folder = _folder(path)
+    folder = checkpoint_folder(path)
     file = folder / "tokenizer.json"
     if not file.is_file():
         raise FileMissingError(
