@@ -29,7 +29,7 @@ class Linear(nn.Linear):
     `y = x @ (w + scale * lora_a @ lora_b) + b` with `scale = alpha / R` (`alpha / sqrt(R)` with
     `rslora`), as `peft`'s LoRA computes it (its `lora_A.weight` is `lora_a.T`, its
     `lora_B.weight` is `lora_b.T`). Hoisted (`sm.hoist`), the merged weight is computed once per
-    weights; differentiated, only the rank-`R` products are (see `lora._product`).
+    weights; differentiated, only the rank-`R` products are.
 
     Dims: `In`, `Out`, `R` (the rank). Options: `bias` (as `nn.Linear`), `alpha`, `rslora`.
     `lora.apply` builds these from a model's Linears; `lora.merge` folds them back.
