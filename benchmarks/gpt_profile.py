@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _forms import ATTENTION, MLP  # noqa: E402
 from _profile import table, torch_ops, xla_fusions  # noqa: E402
 from _timing import interleaved  # noqa: E402
-from gpt_step import GPT, TorchStep, _tokens, shapeml_step, torch  # noqa: E402
+from gpt_step import GPT, TorchStep, _tokens, shapeml_step, sm, torch  # noqa: E402
 
 
 def _race(kind: str, forms: dict, params: dict, x, size: str, rounds: int, number: int) -> None:
@@ -75,7 +75,9 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=64)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--devices", type=int, default=None, help="shapeml's devices (default: all)")
+    p.add_argument(
+        "--devices", type=int, default=None, help="shapeml's devices (default: every core)"
+    )
     p.add_argument("--scan", action="store_true", help="blocks stacked, one lax.scan")
     p.add_argument("--no-torch", action="store_true")
     p.add_argument("--top", type=int, default=20)
@@ -86,6 +88,7 @@ def main() -> None:
     if args.forms:
         race_forms(args)
         return
+    sm.use_cpu_devices(args.devices)  # as examples/char_gpt.py does, before JAX starts
     dims = dict(V=96, D=args.width, H=args.heads, L=args.layers, T=args.ctx)
     m = GPT.init(seed=0, scan=args.scan, **dims)
     tokens = _tokens(args.batch, args.ctx, seed=1)

@@ -140,5 +140,5 @@ def test_scan_over_a_dict_of_stacked_arrays_equals_a_loop():
 
     ref = jax.value_and_grad(loop)(layers, x)
     for remat in (None, "none", "full"):
-        _close(jax.value_and_grad(scanned)(layers, x, remat), ref, 1e-6)
+        _close(jax.value_and_grad(scanned)(layers, x, remat), ref, 1e-5)
     assert [set(d) for d in nn.unstack(layers)] == [{"w", "b"}] * 3
