@@ -9,6 +9,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jaxtyping import Array, Float, Int
@@ -210,3 +211,18 @@ def mutated_metadata(draw):
 @given(mutated_metadata())
 def test_mutated_metadata(data):
     load_outcome(data, "metadata")
+
+
+@pytest.mark.parametrize("blocks", [40_000, 43_690])
+def test_dims_that_declare_more_tensors_than_the_file_holds_are_refused_before_listing_them(
+    blocks,
+):
+    # A file whose dims say L=43,690 with D=0 (no bytes: under every size limit) once made the
+    # loader list every block's tensors, its statics copied per block: minutes of CPU, 12 MB.
+    header = json.loads(GOOD[8 : 8 + HEADER_LEN])
+    dims = {**json.loads(header["__metadata__"]["shapeml.dims"]), "L": blocks, "D": 0}
+    header["__metadata__"]["shapeml.dims"] = json.dumps(dims)
+    error = load_outcome(encode(header), "metadata")  # within the memory bound, coded
+    assert isinstance(error, sm.models.CheckpointError), error
+    assert f"holds {len(NAMES)} tensor(s), but `Net`" in str(error)
+    assert f"L={blocks}" in str(error) and f"has at least {blocks + 2}" in str(error)

@@ -24,7 +24,7 @@ from ._checks import statics_of
 from ._dims import Dims
 from ._entries import entry_problems, first_problems
 from ._introspect import declared, statics, tensors
-from ._limits import check_size, max_bytes_of
+from ._limits import check_size, max_bytes_of, tensor_count
 from ._mapped import child_dims
 from ._metadata import check_kinds, model_metadata, saved_dims, saved_statics
 from ._model import Model, ShapeMismatchError
@@ -223,6 +223,13 @@ def model_from_arrays(
     if like_statics is not None:
         _check_like_statics(saved, like_statics, source, cls)
     check_size(cls, dims, max_bytes_of(max_bytes), f"loading `{source}`", saved)
+    count = tensor_count(cls, dims, saved)
+    if count > len(arrays):  # refused before the names are listed: a file's dims may say L=10**5
+        raise CheckpointError(
+            f"`{source}` holds {len(arrays)} tensor(s), but `{cls.__name__}` "
+            f"({' '.join(f'{k}={v}' for k, v in dims.items())}) has at least {count}",
+            fix="load into the model class and dims the file was saved from",
+        )
     expected = {k: (shape, dtype) for k, (_, shape, dtype) in declared(cls, dims, saved).items()}
     problems = entry_problems(expected, arrays)
     if problems:
@@ -278,7 +285,8 @@ def build_model(
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(dims))]
             )
             options = {p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
-            models = [build_model(spec.model, sub, arrays, p, {**saved, **options}) for p in paths]
+            merged = {**saved, **options}  # once: a copy per sub-model is quadratic in their count
+            models = [build_model(spec.model, sub, arrays, p, merged) for p in paths]
             values[name] = models[0] if spec.kind == "submodel" else tuple(models)
         elif spec.present(own):
             values[name] = jnp.asarray(arrays[prefix + name])

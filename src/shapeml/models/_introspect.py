@@ -179,8 +179,9 @@ def declared(
                 else [f"{name}.{i}." for i in range(spec.count_in(dims))]
             )
             options = {prefix + p + k: v for p in prefixes for k, v in spec.mapped.options_in(own)}
+            merged = {**given, **options}  # once: a copy per sub-model is quadratic in their count
             for p in prefixes:
-                inner = declared(spec.model, sub, {**given, **options}, prefix + p)
+                inner = declared(spec.model, sub, merged, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})
         elif spec.present(own):
             out[name] = (spec.kind, spec.shape_in(dims), spec.dtype)

@@ -56,14 +56,15 @@ class _Field(NamedTuple):
 
 class _Footprint(NamedTuple):
     nbytes: int
-    parts: int
+    parts: int  # tensors and sub-models
+    tensors: int  # those that are not optional
     largest: _Field | None
 
 
 def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -> _Footprint:
     """What a `cls` at dotted `prefix` holds. Repeated sub-models are counted from the first
     (never enumerated): their optional tensors are taken to be as the first one's."""
-    nbytes, parts, largest = 0, 0, None
+    nbytes, parts, tensors, largest = 0, 0, 0, None
     own = statics_of(cls, statics, prefix)
     for name, spec in cls.__shapeml_fields__.items():
         if spec.kind in ("submodel", "submodels"):
@@ -72,6 +73,7 @@ def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -
             options = {sub + k: v for k, v in spec.mapped.options_in(own)}
             child = _footprint(spec.model, child_dims(spec, dims), sub, {**statics, **options})
             nbytes, parts = nbytes + count * child.nbytes, parts + count * (1 + child.parts)
+            tensors += count * child.tensors
             field = child.largest if count else None
         elif not spec.present(own):
             continue
@@ -81,9 +83,16 @@ def _footprint(cls: type, dims: Dims, prefix: str, statics: Mapping[str, Any]) -
             size = math.prod(shape) * spec.dtype.itemsize
             field = _Field(prefix + name, spec.shape_str, shape, spec.dtype, size)
             nbytes, parts = nbytes + size, parts + 1
+            tensors += not spec.optional  # an optional one may be absent from some repeats
         if field is not None and (largest is None or field.nbytes > largest.nbytes):
             largest = field
-    return _Footprint(nbytes, parts, largest)
+    return _Footprint(nbytes, parts, tensors, largest)
+
+
+def tensor_count(cls: type, dims: Dims, statics: Mapping[str, Any]) -> int:
+    """How many tensors a `cls` with these dims holds at least (its optional ones not counted),
+    counted without enumerating them."""
+    return _footprint(cls, dims, "", statics).tensors
 
 
 def _size(n: int) -> str:

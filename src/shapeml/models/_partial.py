@@ -167,8 +167,9 @@ def _specs(cls: type[Model], dims, statics: Mapping[str, Any], prefix: str = "")
                 else [f"{name}.{i}." for i in range(spec.count_in(dims))]
             )
             options = {prefix + p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
+            merged = {**statics, **options}  # once: a copy per sub-model is quadratic
             for p in paths:
-                inner = _specs(spec.model, sub, {**statics, **options}, prefix + p)
+                inner = _specs(spec.model, sub, merged, prefix + p)
                 out.update({p + k: v for k, v in inner.items()})
         elif spec.present(own):
             out[name] = (spec, spec.shape_in(dims))

@@ -103,8 +103,9 @@ def declarations(
                 else [f"{prefix}{name}.{i}." for i in range(spec.count_in(level.dims[-1]))]
             )
             options = {p + k: v for p in paths for k, v in spec.mapped.options_in(own)}
+            merged = {**statics, **options}  # once: a copy per sub-model is quadratic
             for p in paths:
-                yield from declarations(spec.model, sub, {**statics, **options}, p)
+                yield from declarations(spec.model, sub, merged, p)
         elif spec.present(own):
             yield prefix + name, spec, level
 
