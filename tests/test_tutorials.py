@@ -25,6 +25,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from _forced_devices import forced_env
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -338,9 +339,8 @@ _ = step(Net.init(seed=0)), step(Net.init(seed=0, D=4))  # a second trace, the s
 
 @pytest.mark.parametrize("path", SOLUTIONS, ids=lambda p: p.stem)
 def test_exercise_solutions_run(path, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    run = subprocess.run(
-        [sys.executable, str(path)], cwd=tmp_path, env=env, capture_output=True, text=True
+    run = subprocess.run(  # XLA's cheap compile, as the notebooks' kernels have it
+        [sys.executable, str(path)], cwd=tmp_path, env=forced_env(), capture_output=True, text=True
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert "all solutions check out" in run.stdout
