@@ -8,18 +8,13 @@ import typing
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ... import nn
 from ..._shaped import shaped
 from ..._traceback import api_boundary
-from ..._validate import instance, integer
-from ...state._index import StateIndexError
+from ..._validate import instance
 from ...state._kvcache import KVCache
-from .._sampling import check_sampling, pick
-from ..transformer import _check_prompt
+from .._decoding import generate_with, token_loop
 from ._model import GPT2, positions
 
 __all__ = ["generate", "new_cache", "step"]
@@ -78,24 +73,18 @@ def _logits(m: GPT2, x):
     return jnp.einsum("...d,vd->...v", x, m.wte.w)
 
 
+def _last(m, cache, tokens, pos):
+    # only the last position's logits: one product with the table, not one per position
+    x, cache = _hidden(m, cache, tokens, pos)
+    return _logits(m, x[:, -1]), cache
+
+
 @functools.partial(jax.jit, static_argnames=("steps", "greedy"))
 def _generate(m, prompt, steps, greedy, key, temperature):
-    b, t = prompt.shape
-    key = None if greedy else key
     # The cache holds what this call reaches, not the whole context: every step attends over
-    # `t + steps` slots instead of `T`. Only the prompt's last position needs its logits.
-    x, cache = _hidden(m, new_cache(m, b, t + steps), prompt, 0)
-    first = pick(_logits(m, x[:, -1]), key, 0, temperature)
-
-    def body(carry, i):
-        cache, tok = carry
-        x, cache = _hidden(m, cache, tok[:, None], t + i - 1)
-        return (cache, pick(_logits(m, x[:, 0]), key, i, temperature)), tok
-
-    # generate() checked t + steps <= T on the host; the in-loop checks never fire.
-    (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))
-    new = jnp.concatenate([jnp.swapaxes(toks, 0, 1), last[:, None]], axis=1)
-    return jnp.concatenate([prompt, new], axis=1)
+    # `t + steps` slots instead of `T`.
+    cache = new_cache(m, prompt.shape[0], prompt.shape[1] + steps)
+    return token_loop(_last, m, cache, prompt, steps, greedy, key, temperature)
 
 
 @api_boundary
@@ -132,22 +121,4 @@ def generate(
             that is not one PRNG key, or a `temperature` that is not a number > 0.
     """
     instance("m", m, GPT2, "a GPT2")
-    t = _check_prompt(prompt)
-    steps = integer("steps", steps, low=1, fix="pass how many tokens to add, a Python int >= 1")
-    temperature = check_sampling(key, temperature)
-    if t + steps > m.dims.T:
-        raise StateIndexError(
-            f"a prompt of {t} tokens plus {steps} new ones does not fit the context T={m.dims.T}",
-            fix=f"generate at most {m.dims.T - t} tokens after this prompt",
-        )
-    ids = np.asarray(prompt)
-    if ids.min() < 0 or ids.max() >= m.dims.V:  # never a NaN row read as logits
-        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-        raise nn.LayerInputError(
-            f"token id {bad} is outside the vocabulary of V={m.dims.V} ids",
-            fix=f"pass ids in 0..{m.dims.V - 1}",
-        )
-    dummy = jax.random.key(0) if key is None else key
-    return _generate(
-        m, jnp.asarray(ids, jnp.int32), steps, key is None, dummy, jnp.float32(temperature)
-    )
+    return generate_with(_generate, m, prompt, steps, key, temperature)

@@ -8,19 +8,13 @@ import functools
 import typing
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from jax import lax
 from jaxtyping import Array, Float, Int, PRNGKeyArray
 
-from ... import nn
 from ..._shaped import shaped
 from ..._traceback import api_boundary
-from ..._validate import instance, integer
-from ...state._index import StateIndexError
+from ..._validate import instance
 from ...state._kvcache import KVCache
-from .._sampling import check_sampling, pick
-from ..transformer import _check_prompt
+from .._decoding import generate_with, token_loop
 from ._model import Llama, logits_of
 
 __all__ = ["generate", "new_cache", "step"]
@@ -66,23 +60,17 @@ def step(
     return logits_of(m, m.norm(x)), cache
 
 
+def _last(m, cache, tokens, pos):
+    logits, cache = step(m, cache, tokens, pos)
+    return logits[:, -1], cache
+
+
 @functools.partial(jax.jit, static_argnames=("steps", "greedy"))
 def _generate(m, prompt, steps, greedy, key, temperature):
-    b, t = prompt.shape
-    key = None if greedy else key
-    # The cache holds what this call reaches: every step attends over `t + steps` slots.
-    logits, cache = step(m, new_cache(m, b, t + steps), prompt, 0)
-    first = pick(logits[:, -1], key, 0, temperature)
-
-    def body(carry, i):
-        cache, tok = carry
-        logits, cache = step(m, cache, tok[:, None], t + i - 1)
-        return (cache, pick(logits[:, 0], key, i, temperature)), tok
-
-    # generate() checked t + steps <= T on the host; the in-loop checks never fire.
-    (_, last), toks = lax.scan(body, (cache, first), jnp.arange(1, steps))
-    new = jnp.concatenate([jnp.swapaxes(toks, 0, 1), last[:, None]], axis=1)
-    return jnp.concatenate([prompt, new], axis=1)
+    # The cache holds what this call reaches, not the whole context: every step attends over
+    # `t + steps` slots instead of `T`.
+    cache = new_cache(m, prompt.shape[0], prompt.shape[1] + steps)
+    return token_loop(_last, m, cache, prompt, steps, greedy, key, temperature)
 
 
 @api_boundary
@@ -123,22 +111,4 @@ def generate(
         >>> out = llama.generate(m, prompt, 20, key=jax.random.key(0), temperature=0.8)
     """
     instance("m", m, Llama, "a Llama")
-    t = _check_prompt(prompt)
-    steps = integer("steps", steps, low=1, fix="pass how many tokens to add, a Python int >= 1")
-    temperature = check_sampling(key, temperature)
-    if t + steps > m.dims.T:
-        raise StateIndexError(
-            f"a prompt of {t} tokens plus {steps} new ones does not fit the context T={m.dims.T}",
-            fix=f"generate at most {m.dims.T - t} tokens after this prompt",
-        )
-    ids = np.asarray(prompt)
-    if ids.min() < 0 or ids.max() >= m.dims.V:  # never a NaN row read as logits
-        bad = int(ids.min()) if ids.min() < 0 else int(ids.max())
-        raise nn.LayerInputError(
-            f"token id {bad} is outside the vocabulary of V={m.dims.V} ids",
-            fix=f"pass ids in 0..{m.dims.V - 1}",
-        )
-    dummy = jax.random.key(0) if key is None else key
-    return _generate(
-        m, jnp.asarray(ids, jnp.int32), steps, key is None, dummy, jnp.float32(temperature)
-    )
+    return generate_with(_generate, m, prompt, steps, key, temperature)
