@@ -1,7 +1,7 @@
 """The function a shell's `jax.jit` compiles: the pure step on flat leaves, with its checks inside.
 
-Equal for equal steps, so `jax.jit`, which keys its caches on the function, shares a trace and a
-compiled program between the shells of equal steps. The step's checks (`_checks.coded_check`) are
+Equal for equal steps; the shells of equal steps that are values (a `TrainStep`'s loss and options)
+run one kept object (`kept`), whose trace and compiled program `jax.jit` caches. The step's checks (`_checks.coded_check`) are
 computed first, through `checkify`, and the step runs only when they all pass. Bounds checks of
 an input as it came are recorded for the shell to run on the host instead (`host_checks`).
 """
@@ -9,6 +9,7 @@ an input as it came are recorded for the shell to run on the host instead (`host
 from __future__ import annotations
 
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import jax
@@ -21,7 +22,7 @@ from .._errors import ShapemlError
 from ._checks import StepTrace, tracing_step
 from ._inputs import check_call
 
-__all__ = ["CarryChangedError", "Program", "changes", "host_key"]
+__all__ = ["CarryChangedError", "Program", "changes", "host_key", "kept"]
 
 
 class CarryChangedError(
@@ -43,16 +44,15 @@ declared shape and dtype. The message lists the entries that changed.
 class Program:
     """The function `jax.jit` compiles for a shell: the step on flat leaves, its checks inside.
 
-    Equal to another for an equal step, name, layout and mode: `jax.jit` keys its caches on the
-    function, so the shells of equal steps (two `TrainStep`s of one loss and its options) share
-    their traces and compiled programs. With `only_checks`, it computes the checks' error alone
+    Equal to another for an equal step, name, layout and mode, so that the shells of equal steps
+    (two `TrainStep`s of one loss and its options) can run one object (`kept`) and with it the
+    trace and program `jax.jit` cached for it. With `only_checks`, it computes the checks' error alone
     (XLA drops the rest of the step).
     """
 
     def __init__(self, step, takes, name, model_def, carry_def, only_checks=False):
         self.step, self.takes, self.name = step, takes, name
         self.model_def, self.carry_def, self.only_checks = model_def, carry_def, only_checks
-        self.traces = 0  # how many times `jax.jit` traced this object (a new input signature)
         key = (step, takes, name, model_def, carry_def, only_checks)
         try:
             self._hash = hash(key)
@@ -101,7 +101,6 @@ class Program:
 
         with tracing_step(trace):  # the checks are in this program: no eqx.error_if in the step
             closed = jax.make_jaxpr(run)(model, carry, inputs)
-        self.traces += 1
         if trace.host is not None:  # each check once (a row read, then written: one check)
             self.host_checks[host_key(in_def, inputs)] = tuple(dict.fromkeys(trace.host))
             # This trace may be the one later equal programs run (its first tracer has gone).
@@ -133,6 +132,25 @@ class Program:
         state = [~failed, *zeros, *carry]
         results = jax.lax.while_loop(lambda state: state[0], step, state)[1:]
         return jax.tree.unflatten(out_def[0], results[:n_out]), results[n_out:], failed, err
+
+
+# The latest programs of steps that are values (a `TrainStep`'s loss and options), held so that a
+# new equal step runs the same object, and `jax.jit` its cached program, also after the last step
+# that ran it is gone (`train(...)` called again makes a new step). The oldest goes first.
+_KEPT: OrderedDict[Program, Program] = OrderedDict()
+_KEEP = 16
+
+
+def kept(program: Program) -> Program:
+    """The kept program equal to `program` (else `program`, kept from now on): the one object
+    `jax.jit` compiled for, held among the latest `_KEEP`. An unhashable step's is not kept."""
+    if not isinstance(program._key, tuple):  # never equal to another: nothing to find again
+        return program
+    program = _KEPT.pop(program, program)
+    _KEPT[program] = program
+    while len(_KEPT) > _KEEP:
+        _KEPT.popitem(last=False)
+    return program
 
 
 # Each program's host checks (`host_key -> tuple[HostCheck, ...]`), found by an equal program,

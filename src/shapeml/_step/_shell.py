@@ -38,7 +38,7 @@ from ._inputs import (
     saturated,
     too_wide,
 )
-from ._program import CarryChangedError, Program, changes, host_key
+from ._program import CarryChangedError, Program, changes, host_key, kept
 
 __all__ = ["CarryChangedError", "Shell", "StepInputError"]
 
@@ -67,6 +67,9 @@ class Shell:
         takes: the user's function the inputs are passed to, after the argument the step passes
             itself (a graph's `body`, a loss): each new input signature is checked against it
             when it is traced (`StepInputError`, E1410).
+        keep: hold the compiled program for later shells of an equal step after this one is gone
+            (`_program.kept`): for a step that is a value, not a method of an object that holds
+            the carry.
 
     Example:
         >>> shell = Shell(lambda m, total, x: (total + x @ m.w, total + x @ m.w), m, zeros)
@@ -82,6 +85,7 @@ class Shell:
         name: str = "step",
         copy: bool = True,
         takes: Callable | None = None,
+        keep: bool = False,
     ):
         self.name = name
         leaves, self._model_def = jax.tree.flatten(model)
@@ -96,6 +100,8 @@ class Shell:
         self._carry = [_auto(x) for x in leaves] if self._explicit else leaves
         self._paced = paced(self._carry)  # one step at a time (`_devices.py`)
         program = Program(step, takes, name, self._model_def, self._carry_def)
+        if keep:
+            program = kept(program)
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
         shardings = (None, [x.sharding for x in self._carry], None, None)
         self._program = program
@@ -103,6 +109,7 @@ class Shell:
         # `flat_signature -> (inputs' structure, keyword order, host checks)`: a flat call's fast
         # path, one entry per signature this shell was called with (as `jax.jit` keeps a program)
         self._fast: dict[tuple, tuple] = {}
+        self._signatures: set[tuple] = set()  # the `host_key`s of the programs this shell runs
         self._jitted = jax.jit(program, static_argnums=0, donate_argnums=2, out_shardings=shardings)
         checks = Program(step, takes, name, self._model_def, self._carry_def, only_checks=True)
         self._checks = jax.jit(checks, static_argnums=0)
@@ -144,9 +151,9 @@ class Shell:
 
     @property
     def compile_count(self) -> int:
-        """How many times this shell's step was traced and compiled (once per new input
-        signature; none for a program a shell of an equal step compiled before)."""
-        return self._program.traces
+        """How many programs this shell runs: one per input signature and layout, whether it
+        compiled it or found it compiled by a shell of an equal step."""
+        return len(self._signatures)
 
     # running ------------------------------------------------------------------------------------
     def __call__(self, *inputs, **kwargs):
@@ -188,9 +195,11 @@ class Shell:
         (tracing the step for a new one); remembered for the fast path when the call is flat and
         its leaves are canonical as they came, but for Python ints (`sig`)."""
         in_def, leaves = self._inputs(inputs, kwargs)
-        host = self._host_checks.get(host_key(in_def, leaves))
+        key = host_key(in_def, leaves)
+        host = self._host_checks.get(key)
         if host is None:  # a new input signature: traced now, which records its host checks
             host = self._trace(in_def, leaves)
+        self._signatures.add(key)
         if host is None:  # not recorded where this shell can see: checked by the checks program
             self._check(in_def, leaves)
             return in_def, leaves, ()

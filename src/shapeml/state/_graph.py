@@ -143,7 +143,7 @@ class Graph(GraphAccess):
     # running ------------------------------------------------------------------------------------
     @property
     def compile_count(self) -> int:
-        """How many times `body` was traced and compiled (once per new input signature)."""
+        """How many programs the graph runs: `body` compiled once per input signature."""
         return 0 if self._shell is None else self._shell.compile_count
 
     def _pure(self, weights: dict[str, Any], states, *args, **per_call):

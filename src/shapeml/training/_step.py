@@ -120,9 +120,10 @@ class TrainStep:
     blocks with `nn.scan`, as the zoo's do: `TrainStep(gpt2.loss, m, opt, remat="full")`.
 
     A new step of the same loss function and options, on a model, optimizer and batch of the same
-    structure, shapes, dtypes and placement, while that one lives, runs the program it compiled
-    (the step is one `jax.jit` program, and `jax.jit` caches it); `compiled_count()` counts the
-    programs this step traced and compiled itself.
+    structure, shapes, dtypes and placement, runs the program an earlier one compiled (the step
+    is one `jax.jit` program, and `jax.jit` caches it), also after that step is gone: the latest
+    16 steps' programs are kept, so `train(...)` called again compiles nothing.
+    `compiled_count()` counts the programs this step runs.
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
@@ -179,7 +180,7 @@ class TrainStep:
         step = _Update(loss, has_aux, grads.policy, remat)
         self._evaluation = Evaluation(loss, has_aux, grads.policy, self._placement, self._cores)
         with watched("copying a TrainStep's model and optimizer"):  # its own buffers
-            self._shell = Shell(step, None, carry, name="TrainStep", takes=loss)
+            self._shell = Shell(step, None, carry, name="TrainStep", takes=loss, keep=True)
 
     def __call__(self, *batch):
         """Runs one step on a batch; returns the loss (and aux) before the step, on device.
@@ -255,6 +256,6 @@ class TrainStep:
         return float(extra[0].scale) if extra else None
 
     def compiled_count(self) -> int:
-        """How many programs this step traced and compiled (1 in a healthy training run; 0 when
-        it runs the program of an earlier step of the same loss, options and layout)."""
+        """How many programs this step runs (1 in a healthy training run), whether it compiled
+        them or an earlier step of the same loss, options and layout did."""
         return self._shell.compile_count
