@@ -13,7 +13,12 @@ import os
 import subprocess
 import sys
 
-FAST_COMPILE = "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+# No LLVM optimisation and XLA CPU's older elemental emitters, which compile small fusions in about
+# half the time of its MLIR fusion emitters (a 3-block GPT-2 step with remat: 2.9 s -> 1.3 s).
+FAST_COMPILE = (
+    "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
+    " --xla_cpu_use_fusion_emitters=false"
+)
 
 
 def forced_env(devices: int | None = None) -> dict[str, str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from _forced_devices import FAST_COMPILE
 
 # XLA's cheaper CPU compile for the suite's own programs, set before JAX starts its backend: the
-# programs are small, so compiling them is most of the suite's time (about a third less with it);
+# programs are small, so compiling them is most of the suite's time (about half less with it);
 # what they compute is the same HLO. The benchmarks run with XLA's defaults.
 os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {FAST_COMPILE}".strip()
 
