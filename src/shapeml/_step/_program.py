@@ -1,8 +1,9 @@
 """The function a shell's `jax.jit` compiles: the pure step on flat leaves, with its checks inside.
 
-Equal for equal steps; the shells of equal steps that are values (a `TrainStep`'s loss and options)
-run one kept object (`kept`), whose trace and compiled program `jax.jit` caches. The step's checks (`_checks.coded_check`) are
-computed first, through `checkify`, and the step runs only when they all pass. Bounds checks of
+Equal for equal steps; the shells of equal steps that are values (a `TrainStep`'s loss and
+options) run one kept object (`kept`), whose trace and compiled program `jax.jit` caches. The
+step's checks (`_checks.coded_check`) are computed first, through `checkify`, and the step runs
+only when they all pass. Bounds checks of
 an input as it came are recorded for the shell to run on the host instead (`host_checks`).
 """
 
@@ -45,9 +46,9 @@ class Program:
     """The function `jax.jit` compiles for a shell: the step on flat leaves, its checks inside.
 
     Equal to another for an equal step, name, layout and mode, so that the shells of equal steps
-    (two `TrainStep`s of one loss and its options) can run one object (`kept`) and with it the
-    trace and program `jax.jit` cached for it. With `only_checks`, it computes the checks' error alone
-    (XLA drops the rest of the step).
+    (two `TrainStep`s of one loss and its options) can run one object (`kept`), and with it the
+    trace and program `jax.jit` cached for it. With `only_checks`, it computes the checks' error
+    alone (XLA drops the rest of the step).
     """
 
     def __init__(self, step, takes, name, model_def, carry_def, only_checks=False):

@@ -151,8 +151,8 @@ class Shell:
 
     @property
     def compile_count(self) -> int:
-        """How many programs this shell runs: one per input signature and layout, whether it
-        compiled it or found it compiled by a shell of an equal step."""
+        """How many programs this shell runs: one per input signature (structure, shapes and
+        dtypes), whether it compiled it or a shell of an equal step did."""
         return len(self._signatures)
 
     # running ------------------------------------------------------------------------------------
