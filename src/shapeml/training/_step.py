@@ -122,7 +122,8 @@ class TrainStep:
     A new step of the same loss function and options, on a model, optimizer and batch of the same
     structure, shapes, dtypes and placement, runs the program an earlier one compiled (the step
     is one `jax.jit` program, and `jax.jit` caches it), also after that step is gone: the latest
-    16 steps' programs are kept, so `train(...)` called again compiles nothing.
+    16 steps' programs are kept (with their loss functions), so `train(...)` called again
+    compiles nothing.
     `compiled_count()` counts the programs this step runs.
 
     Example:
