@@ -123,8 +123,7 @@ class TrainStep:
     structure, shapes, dtypes and placement, runs the program an earlier one compiled (the step
     is one `jax.jit` program, and `jax.jit` caches it), also after that step is gone: the latest
     16 steps' programs are kept (with their loss functions), so `train(...)` called again
-    compiles nothing.
-    `compiled_count()` counts the programs this step runs.
+    compiles nothing. `compiled_count()` counts the programs this step runs.
 
     Example:
         >>> step = TrainStep(spotter.loss, m, opt)
