@@ -3,8 +3,8 @@
 Equal for equal steps; the shells of equal steps that are values (a `TrainStep`'s loss and
 options) run one kept object (`kept`), whose trace and compiled program `jax.jit` caches. The
 step's checks (`_checks.coded_check`) are computed first, through `checkify`, and the step runs
-only when they all pass. Bounds checks of
-an input as it came are recorded for the shell to run on the host instead (`host_checks`).
+only when they all pass. Bounds checks of an input as it came are recorded for the shell to run
+on the host instead (`host_checks`).
 """
 
 from __future__ import annotations

@@ -104,7 +104,6 @@ class Shell:
             program = kept(program)
         # The carry keeps its placement from call to call (None: the outputs go where XLA likes).
         shardings = (None, [x.sharding for x in self._carry], None, None)
-        self._program = program
         self._host_checks = program.host_checks
         # `flat_signature -> (inputs' structure, keyword order, host checks)`: a flat call's fast
         # path, one entry per signature this shell was called with (as `jax.jit` keeps a program)
